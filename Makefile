@@ -1,0 +1,45 @@
+# composer — `make` lists the targets. Everything runs offline on CPU by default.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is pinned (ComposerTrainer touches TRL internals). The default index is PyTorch's CPU-only one, so a
+# CPU machine never downloads CUDA; a GPU user picks another: make reports TORCH_INDEX=https://download.pytorch.org/whl/cu128
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: help install reports test lab bench clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# A torch wheel already on this machine (pip's find-links) first; otherwise the pinned build from TORCH_INDEX.
+	@$(PY) -c "import torch" 2>/dev/null \
+	  || $(PY) -m pip install -q --no-deps --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
+	  || $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+install: $(VENV)/.installed ## Create .venv (if missing) and install the project
+
+reports: install ## Run every spike at report scale (offline, CPU) and write reports/
+	$(PY) -m composer run all --profile report
+
+test: install ## Run the whole test suite, notebook smoke runs included
+	$(PY) -m pytest -q
+
+lab: install ## JupyterLab with the project's kernel registered as "Python (composer)"
+	$(PY) -m pip install -q -e ".[dev,lab]"
+	$(PY) -m ipykernel install --user --name composer --display-name "Python (composer)"
+	$(VENV)/bin/jupyter lab notebooks/
+
+bench: install ## The trainer benchmark (JSON on the last line)
+	$(PY) -m composer bench trainer
+
+clean: ## Remove built caches (tiny models, tokenizers); keeps .venv and reports/
+	rm -rf .cache

@@ -1,0 +1,85 @@
+"""The command line: `python -m composer COMMAND ...`.
+
+    python -m composer run 005 -p steps=5          # one spike notebook -> reports/
+    python -m composer run all --profile report    # every spike, in dependency order
+    python -m composer bench NAME [ARGS ...]       # a benchmark in composer/bench/
+"""
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+import yaml
+
+from composer import run
+from composer.paths import NOTEBOOKS, REPORTS
+
+RUN_EPILOG = """\
+parameters, later wins:
+  1. the notebook's `parameters` cell (its defaults)
+  2. params/<profile>/<slug>.yaml, when the profile is not "default" and the file exists
+  3. --params-file FILE (a YAML mapping)
+  4. -p NAME=VALUE, VALUE read as YAML: -p steps=5 -p lr=1e-3 -p teachers='[a, b]' -p name='"005"'
+Names are checked against the parameters cell and values against its types (an int is
+accepted for a float; a None default accepts anything) before anything runs. Keys are
+refused: a parameter named like *api_key* holds the NAME of an environment variable.
+
+outputs, in --reports-dir:
+  <slug>/executed.ipynb   the executed notebook (kept when a cell fails, for debugging)
+  <slug>.html             the report: outputs only, verdict banner first
+  <slug>.json             results: verdict, criteria with intervals, metrics, params, provenance
+  README.md               the index of every <slug>.json present
+
+`all` runs 005, 001, 002a, 002b, 003, 004 (then any other notebook) and stops at the first failure.
+
+exit status: 0 success, 1 a notebook failed or recorded no results (previous HTML/JSON kept),
+2 bad spike, profile, parameter or file (nothing written)."""
+
+
+def bench(name, argv) -> int:
+    """Dispatch to composer.bench.<name>.main(argv)."""
+    package = importlib.import_module("composer.bench")
+    available = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    if name not in available:
+        print(f"error: unknown bench {name!r}; available: {', '.join(available) or 'none yet'}", file=sys.stderr)
+        return 2
+    return importlib.import_module(f"composer.bench.{name}").main(argv)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m composer", description="Spike notebooks, reports and benchmarks for composer.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser(
+        "run", help="execute spike notebooks headless and write their reports",
+        description="Execute spike notebooks with papermill and write executed notebook, HTML and JSON reports.",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("spike", help="a notebook slug (005-integrated-trainer-skeleton), a unique prefix (005), or all")
+    p.add_argument("--profile", choices=run.PROFILES, default="default", help="parameter profile (default: the notebook's own defaults)")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="override one parameter (repeatable)")
+    p.add_argument("--params-file", type=Path, metavar="FILE", help="YAML mapping of parameter overrides")
+    p.add_argument("--reports-dir", type=Path, default=REPORTS, metavar="DIR", help=f"where reports go (default: {REPORTS})")
+    p.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, metavar="DIR", help=f"where spike notebooks are (default: {NOTEBOOKS})")
+
+    p = commands.add_parser("bench", help="run a benchmark module from composer/bench/", description="Run composer.bench.NAME's main(ARGS).")
+    p.add_argument("name", metavar="NAME", help="a module in composer/bench/")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to the benchmark's main()")
+
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench(args.name, args.args)
+    overrides = {}
+    for item in args.param:
+        name, sep, text = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError("expected NAME=VALUE")
+            overrides[name] = run.load_yaml(text)
+        except (ValueError, yaml.YAMLError) as e:
+            print(f"error: -p {item!r}: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+    return run.run(args.spike, profile=args.profile, params_file=args.params_file, overrides=overrides,
+                   notebooks_dir=args.notebooks_dir, reports_dir=args.reports_dir)

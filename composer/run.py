@@ -1,0 +1,268 @@
+"""Run spike notebooks headless: check parameters, execute with papermill, render with nbconvert.
+
+    python -m composer run 005                          # one spike (slug or unique prefix), its defaults
+    python -m composer run 001 -p steps=5 -p teachers='[a, b]'
+    python -m composer run all --profile report         # every spike, in dependency order
+
+For each spike it writes <reports>/<slug>/executed.ipynb, <reports>/<slug>.html (outputs only,
+verdict banner first), <reports>/<slug>.json (the results report.record() emitted, with the
+effective parameters) and regenerates the index <reports>/README.md.
+"""
+
+import ast
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import papermill
+import yaml
+from nbconvert import HTMLExporter
+from papermill.exceptions import PapermillExecutionError
+
+from composer import report
+from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
+
+# `all` runs spikes in this order because a spike may consume an earlier one's output files
+# (003 builds pairs from 001's teacher queries, 004 trains with 005's trainer); others follow, by name.
+ORDER = ("005", "001", "002a", "002b", "003", "004")
+PROFILES = ("default", "report", "live")  # "default": the notebook's own defaults, no file
+KINDS = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict}
+HTML_LIMIT = 5_000_000
+
+
+class UsageError(Exception):
+    """A bad spike name, parameter or file, found before anything runs: exit 2, nothing written."""
+
+
+class RunFailed(Exception):
+    """A notebook ran and failed: exit 1, the previous HTML/JSON left as they were."""
+
+
+def _order(slug):
+    prefix = slug.split("-")[0]
+    return (ORDER.index(prefix) if prefix in ORDER else len(ORDER), slug)
+
+
+def slugs(notebooks_dir=NOTEBOOKS) -> list[str]:
+    """The spikes (notebook stems), in run order."""
+    return sorted((p.stem for p in Path(notebooks_dir).glob("*.ipynb")), key=_order)
+
+
+def select(name, notebooks_dir=NOTEBOOKS) -> list[str]:
+    """`all`, a slug, or a unique prefix of one -> the slugs to run."""
+    valid = slugs(notebooks_dir)
+    if name == "all" and valid:
+        return valid
+    matches = [s for s in valid if s == name] or [s for s in valid if s.startswith(name)]
+    if len(matches) != 1:
+        what = "ambiguous" if matches else "unknown"
+        raise UsageError(f"{what} spike {name!r}; valid: {', '.join(valid) or f'none (no notebooks in {notebooks_dir})'}")
+    return matches
+
+
+# -----------------------------------------------------------------------------
+# parameters
+
+
+def notebook_parameters(notebook) -> dict:
+    """name -> (default, kind) from the `parameters` cell; kind None accepts any value."""
+    spec = {}
+    for name, p in papermill.inspect_notebook(str(notebook)).items():
+        try:
+            default = ast.literal_eval(p["default"])
+        except (ValueError, SyntaxError):
+            raise UsageError(f"{Path(notebook).name}: parameter {name} = {p['default']} is not a literal (derive values in the next cell)") from None
+        # papermill only knows a type from an annotation or `# type:` comment ("None" otherwise),
+        # so the default's own type is the fallback. Optional[...], unknown annotations and None
+        # defaults accept anything; list[str] is checked as list.
+        annotation = p["inferred_type_name"]
+        kind = annotation.split("[")[0] if annotation != "None" else type(default).__name__
+        spec[name] = (default, kind if kind in KINDS else None)
+    return spec
+
+
+def _fits(value, kind) -> bool:
+    if kind is None:
+        return True
+    if isinstance(value, bool) and kind != "bool":  # bool is an int to Python, not to us
+        return False
+    if kind == "float":
+        return isinstance(value, (int, float))
+    return isinstance(value, KINDS[kind])
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.safe_load, except that 1e-3 is a float (YAML 1.1 reads it as a string)."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
+
+
+def load_yaml(text):
+    """A parameter value (-p) or file, read as YAML."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def _read_yaml(path) -> dict:
+    try:
+        values = load_yaml(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UsageError(f"{path}: {e}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise UsageError(f"{path}: expected a mapping of parameter names to values")
+    return values
+
+
+def effective_parameters(slug, *, profile="default", params_file=None, overrides=None, notebooks_dir=NOTEBOOKS, params_dir=PARAMS):
+    """Notebook defaults < params/<profile>/<slug>.yaml < params_file < overrides, each checked.
+
+    Returns (values, defaults): every parameter's effective value, and the notebook's defaults.
+    """
+    if profile not in PROFILES:
+        raise UsageError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
+    spec = notebook_parameters(Path(notebooks_dir) / f"{slug}.ipynb")
+    layers = []
+    profile_file = Path(params_dir) / profile / f"{slug}.yaml"
+    if profile != "default" and profile_file.exists():
+        layers.append((str(profile_file), _read_yaml(profile_file)))
+    if params_file is not None:
+        layers.append((str(params_file), _read_yaml(params_file)))
+    layers.append(("-p", overrides or {}))
+    values = {name: default for name, (default, _) in spec.items()}
+    for origin, layer in layers:
+        for name, value in layer.items():
+            if name not in spec:
+                raise UsageError(f"{origin}: unknown parameter {name!r} for {slug}; valid: {', '.join(spec) or 'none'}")
+            kind = spec[name][1]
+            if not _fits(value, kind):
+                raise UsageError(f"{origin}: parameter {name!r} of {slug} expects {kind}, got {type(value).__name__} {value!r}")
+            values[name] = value
+    try:
+        report.redact_params(values)
+    except ValueError as e:
+        raise UsageError(f"{slug}: {e}") from None
+    return values, {name: default for name, (default, _) in spec.items()}
+
+
+# -----------------------------------------------------------------------------
+# execution and outputs
+
+
+def _write_atomic(path, text):
+    """Readers never see a half-written file, and a failure leaves the old one in place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _title(nb, fallback) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return fallback
+
+
+def render_html(nb, title) -> str:
+    """The report page: outputs and markdown only (--no-input), no prompts, images inline."""
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True, embed_images=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    return body
+
+
+def run_spike(slug, values, defaults, *, notebooks_dir=NOTEBOOKS, reports_dir=REPORTS) -> dict:
+    """Execute one spike with checked parameters and write its executed notebook, HTML and JSON."""
+    # absolute: papermill saves during execution from inside cwd=ROOT, and at the end from here
+    reports_dir = Path(reports_dir).resolve()
+    changed = {k: v for k, v in values.items() if v != defaults[k]}
+    print(f"{slug}: " + (", ".join(f"{k}={v!r}" for k, v in changed.items()) if changed else "notebook defaults"))
+    executed = reports_dir / slug / "executed.ipynb"
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    try:
+        nb = papermill.execute_notebook(
+            Path(notebooks_dir) / f"{slug}.ipynb", executed, parameters=changed,
+            kernel_name="python3", progress_bar=True, cwd=ROOT,
+        )
+    except PapermillExecutionError as e:
+        message = (e.evalue or "").strip().splitlines()
+        raise RunFailed(
+            f"{slug}: cell {e.cell_index} (In [{e.exec_count}]) raised {e.ename}: {message[0] if message else ''}\n"
+            f"  executed notebook: {executed}"
+        ) from None
+    wall = time.time() - t0
+    try:
+        results = report.read_results(nb)
+    except LookupError as e:
+        raise RunFailed(f"{slug}: {e}\n  executed notebook: {executed}") from None
+    if results["spike"] != slug:
+        raise RunFailed(f"{slug}: the notebook recorded results for {results['spike']!r}")
+    results["params"] = report.redact_params(values)
+    if results["provenance"].get("duration_s") is None:
+        results["provenance"]["duration_s"] = round(wall, 3)
+    page = render_html(nb, _title(nb, slug))
+    if len(page) > HTML_LIMIT:
+        print(f"{slug}: warning: the HTML report is {len(page) / 1e6:.1f} MB (keep reports under 5 MB)", file=sys.stderr)
+    _write_atomic(reports_dir / f"{slug}.html", page)
+    _write_atomic(reports_dir / f"{slug}.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    print(f"{slug}: {results['verdict']} in {wall:.1f} s")
+    return results
+
+
+def write_index(reports_dir=REPORTS):
+    """reports/README.md: one row per <slug>.json present, in run order."""
+    reports_dir = Path(reports_dir)
+    rows = []
+    for path in sorted(reports_dir.glob("*.json"), key=lambda p: _order(p.stem)):
+        r = json.loads(path.read_text())
+        c = r["criteria"][0]
+        f = report.fmt
+        headline = f"{c['name']}: {f(c['estimate'])} [{f(c['ci_low'])}, {f(c['ci_high'])}] {c['comparator']} {f(c['threshold'])}"
+        prov = r["provenance"]
+        sha = (prov["git_sha"] or "none")[:7] + ("+dirty" if prov["git_dirty"] else "")
+        cells = [r["spike"], f"**{r['verdict']}**", headline, r["backend"], prov["started_utc"][:10], f"`{sha}`", f"[html]({path.stem}.html)"]
+        rows.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
+    text = "\n".join([
+        "# Reports",
+        "",
+        "Generated by `python -m composer run`; the headline is each spike's first criterion:",
+        "estimate [interval] against its threshold.",
+        "",
+        "| spike | verdict | headline | backend | date | git | report |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Verdict rule: {report.VERDICT_RULE}",
+        "",
+    ])
+    _write_atomic(reports_dir / "README.md", text)
+
+
+def run(name, *, profile="default", params_file=None, overrides=None, notebooks_dir=NOTEBOOKS, reports_dir=REPORTS, params_dir=PARAMS) -> int:
+    """Run one spike or `all`; return the exit code (0 ok, 1 a notebook failed, 2 bad usage)."""
+    try:
+        chosen = select(name, notebooks_dir)
+        if len(chosen) > 1 and (params_file is not None or overrides):
+            raise UsageError("-p and --params-file apply to a single spike; use --profile with `all`")
+        # every spike is checked before the first one runs
+        plans = [(slug, *effective_parameters(slug, profile=profile, params_file=params_file, overrides=overrides,
+                                              notebooks_dir=notebooks_dir, params_dir=params_dir)) for slug in chosen]
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    code = 0
+    for slug, values, defaults in plans:
+        try:
+            run_spike(slug, values, defaults, notebooks_dir=notebooks_dir, reports_dir=reports_dir)
+        except RunFailed as e:
+            print(f"error: {e}", file=sys.stderr)
+            code = 1
+            break
+    write_index(reports_dir)  # spikes that succeeded before a failure still count
+    return code

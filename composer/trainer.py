@@ -1,0 +1,411 @@
+"""ComposerTrainer: TRL's GRPOTrainer plus two weighted channels.
+
+    from composer.trainer import ComposerConfig, ComposerTrainer
+    args = ComposerConfig("runs/x", hint_distill_weight=0.1, trace_replay_weight=0.5, use_cpu=True)
+    ComposerTrainer(model_path, reward_funcs=[reward], args=args, train_dataset=ds,
+                    processing_class=tok, pairs_dataset=pairs).train()
+
+total loss = GRPO loss + hint_distill_weight * hint term + trace_replay_weight * DPO term
+
+- hint distillation (SDPO / OPSD): the teacher is the same model with a hint in its context
+  (a dataset column, or a successful sibling rollout of the same group), run without gradient;
+  the divergence is taken on the student's own sampled completion tokens.
+- trace replay: DPO on (chosen, rejected) next actions mined from teacher disagreement, with
+  reference log-probs stored in the pairs dataset (see `add_reference_logps`), so no second
+  model copy is needed for this channel.
+
+With both weights 0 the trainer is exactly GRPOTrainer: same loss, same gradients, no extra
+forward pass. Both extra terms are scaled for gradient accumulation the way TRL scales its own
+"grpo" loss (per-sequence mean, batch mean, divided by the accumulation steps).
+"""
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather_object, is_peft_model
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.callbacks import SyncRefModelCallback
+from trl.models import prepare_deepspeed, prepare_fsdp
+from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id, pad
+
+from composer.losses import dpo_loss, hint_distill_per_token
+
+PAIR_COLUMNS = ("prompt", "chosen", "rejected", "ref_chosen_logps", "ref_rejected_logps")
+HINT_MODES = ("sampled_token", "topk", "full")
+HINT_TEACHERS = ("frozen", "ema", "live")
+HINT_SOURCES = ("column", "sibling")
+
+
+@dataclass
+class ComposerConfig(GRPOConfig):
+    """GRPOConfig plus the channel weights. Every new field is validated at construction."""
+
+    hint_distill_weight: float = field(default=0.0, metadata={"help": "alpha: weight of the hint-distillation term."})
+    hint_distill_mode: str = field(default="sampled_token", metadata={"help": f"One of {HINT_MODES}."})
+    hint_distill_divergence: float = field(
+        default=1.0, metadata={"help": "0 = forward KL, 1 = reverse KL, between = generalized JSD."}
+    )
+    hint_distill_topk: int | None = field(default=None, metadata={"help": "Support size for mode 'topk'."})
+    hint_distill_add_tail: bool = field(default=True, metadata={"help": "Tail bucket for the mass outside top-k."})
+    hint_teacher: str = field(default="frozen", metadata={"help": f"Teacher weights, one of {HINT_TEACHERS}."})
+    hint_teacher_ema_rate: float = field(default=0.05, metadata={"help": "EMA rate when hint_teacher='ema'."})
+    hint_source: str = field(default="column", metadata={"help": f"Where hints come from, one of {HINT_SOURCES}."})
+    hint_column: str = field(default="hint", metadata={"help": "Dataset column holding the hint text."})
+    hint_template: str = field(
+        default="\n\nHint: {hint}", metadata={"help": "Appended to the last user message of the teacher's context."}
+    )
+    sibling_success_reward: float = field(
+        default=1.0, metadata={"help": "A sibling rollout with reward >= this is a successful one."}
+    )
+    trace_replay_weight: float = field(default=0.0, metadata={"help": "Weight of the trace-replay DPO term."})
+    trace_replay_beta: float = field(default=0.1, metadata={"help": "DPO beta."})
+    trace_replay_batch_size: int = field(default=2, metadata={"help": "Pairs per micro-batch and process."})
+
+    def __post_init__(self):
+        _check_channels(self)
+        super().__post_init__()
+
+
+def _check_channels(args) -> None:
+    """Refuse a bad channel configuration before anything is loaded; the message names the field."""
+    for name in ("hint_distill_weight", "trace_replay_weight"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(args, name)}")
+    choices = {"hint_distill_mode": HINT_MODES, "hint_teacher": HINT_TEACHERS, "hint_source": HINT_SOURCES}
+    for name, allowed in choices.items():
+        if getattr(args, name) not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {getattr(args, name)!r}")
+    if not 0.0 <= args.hint_distill_divergence <= 1.0:
+        raise ValueError(f"hint_distill_divergence must be in [0, 1], got {args.hint_distill_divergence}")
+    if args.hint_distill_mode == "sampled_token" and args.hint_distill_divergence != 1.0:
+        raise ValueError(
+            "hint_distill_divergence must be 1.0 (reverse KL) with hint_distill_mode='sampled_token': only the "
+            "sampled token's probability is known; use mode 'topk' or 'full' for other divergences"
+        )
+    if args.hint_distill_mode == "topk" and (args.hint_distill_topk is None or args.hint_distill_topk < 1):
+        raise ValueError(f"hint_distill_topk must be >= 1 with mode 'topk', got {args.hint_distill_topk}")
+    if not 0.0 < args.hint_teacher_ema_rate <= 1.0:
+        raise ValueError(f"hint_teacher_ema_rate must be in (0, 1], got {args.hint_teacher_ema_rate}")
+    if args.trace_replay_beta <= 0:
+        raise ValueError(f"trace_replay_beta must be > 0, got {args.trace_replay_beta}")
+    if args.trace_replay_batch_size < 1:
+        raise ValueError(f"trace_replay_batch_size must be >= 1, got {args.trace_replay_batch_size}")
+    if "{hint}" not in args.hint_template:
+        raise ValueError(f"hint_template must contain '{{hint}}', got {args.hint_template!r}")
+
+
+def _check_datasets(args, train_dataset, pairs_dataset) -> None:
+    if args.trace_replay_weight > 0:
+        if pairs_dataset is None:
+            raise ValueError("pairs_dataset is required when trace_replay_weight > 0")
+        missing = [c for c in PAIR_COLUMNS if c not in pairs_dataset.column_names]
+        if missing:
+            raise ValueError(
+                f"pairs_dataset lacks columns {missing}; add reference log-probs with "
+                "composer.trainer.add_reference_logps(pairs, model, tokenizer)"
+            )
+        if len(pairs_dataset) == 0:
+            raise ValueError("pairs_dataset is empty")
+    if args.hint_distill_weight > 0 and args.hint_source == "column":
+        columns = getattr(train_dataset, "column_names", None) or []
+        if args.hint_column not in columns:
+            raise ValueError(
+                f"hint_column {args.hint_column!r} is not a column of train_dataset (columns: {columns}); "
+                "add it or set hint_source='sibling'"
+            )
+
+
+# ---------------------------------------------------------------- pairs: encoding and log-probs
+
+
+def encode_pairs(tokenizer, rows) -> list[dict]:
+    """Token ids of each pair: the chat-templated prompt, and chosen / rejected as assistant turns + eos."""
+    eos = [tokenizer.eos_token_id]
+    encoded = []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        prompt = prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt
+        encoded.append(
+            {
+                "prompt": list(prompt),
+                "chosen": tokenizer(row["chosen"], add_special_tokens=False)["input_ids"] + eos,
+                "rejected": tokenizer(row["rejected"], add_special_tokens=False)["input_ids"] + eos,
+            }
+        )
+    return encoded
+
+
+def _collate(prompts: list[list[int]], completions: list[list[int]], pad_id: int, device) -> dict:
+    """GRPO's layout: prompts padded on the left, completions on the right."""
+    prompt = [torch.tensor(p) for p in prompts]
+    completion = [torch.tensor(c) for c in completions]
+    ids = torch.cat([pad(prompt, pad_id, "left"), pad(completion, pad_id, "right")], dim=1)
+    mask = torch.cat(
+        [pad([torch.ones_like(p) for p in prompt], 0, "left"), pad([torch.ones_like(c) for c in completion], 0, "right")],
+        dim=1,
+    )
+    completion_mask = pad([torch.ones_like(c) for c in completion], 0, "right")
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "completion_mask": completion_mask.to(device)}
+
+
+def completion_logits(model, input_ids, attention_mask, logits_to_keep: int, temperature: float = 1.0):
+    """Logits predicting the last `logits_to_keep` tokens. Positions come from the mask, so left padding
+    does not shift them and a sequence scores the same in any batch."""
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    return logits[:, -logits_to_keep - 1 : -1, :] / temperature
+
+
+def pair_logps(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence log-probs of chosen and rejected under `model` (one forward over both)."""
+    prompts = [e["prompt"] for e in encoded] * 2
+    completions = [e["chosen"] for e in encoded] + [e["rejected"] for e in encoded]
+    device = next(model.parameters()).device
+    batch = _collate(prompts, completions, pad_id, device)
+    keep = batch["completion_mask"].size(1)
+    logits = completion_logits(model, batch["input_ids"], batch["attention_mask"], keep)
+    token_logps = torch.log_softmax(logits.float(), dim=-1)
+    targets = batch["input_ids"][:, -keep:]
+    token_logps = token_logps.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    seq = (token_logps * batch["completion_mask"]).sum(-1)
+    return seq[: len(encoded)], seq[len(encoded) :]
+
+
+@torch.no_grad()
+def add_reference_logps(pairs_dataset, model, tokenizer, batch_size: int = 8):
+    """Add `ref_chosen_logps` / `ref_rejected_logps` under `model` (the initial policy), once, before training."""
+    was_training = model.training
+    model.eval()
+    chosen, rejected = [], []
+    for start in range(0, len(pairs_dataset), batch_size):
+        rows = pairs_dataset.select(range(start, min(start + batch_size, len(pairs_dataset))))
+        c, r = pair_logps(model, encode_pairs(tokenizer, rows), tokenizer.pad_token_id)
+        chosen += c.tolist()
+        rejected += r.tolist()
+    model.train(was_training)
+    for name in ("ref_chosen_logps", "ref_rejected_logps"):
+        if name in pairs_dataset.column_names:
+            pairs_dataset = pairs_dataset.remove_columns(name)
+    return pairs_dataset.add_column("ref_chosen_logps", chosen).add_column("ref_rejected_logps", rejected)
+
+
+# ---------------------------------------------------------------- the trainer
+
+
+class _EMATeacherCallback(TrainerCallback):
+    """teacher <- (1 - rate) * teacher + rate * student after every optimizer step (TRL's sync helper)."""
+
+    def __init__(self, teacher, accelerator, rate):
+        self.teacher, self.accelerator, self.rate = teacher, accelerator, rate
+
+    def on_step_end(self, args, state, control, **kwargs):
+        student = self.accelerator.unwrap_model(kwargs["model"])
+        SyncRefModelCallback.sync_target_model(student, self.teacher, self.rate)
+
+
+class ComposerTrainer(GRPOTrainer):
+    """GRPOTrainer with a hint-distillation channel and a trace-replay DPO channel (see module docstring)."""
+
+    def __init__(self, model, reward_funcs=None, args: ComposerConfig | None = None, train_dataset=None, *,
+                 pairs_dataset=None, **kwargs):
+        if args is None:
+            args = ComposerConfig("composer-run")
+        if not isinstance(args, ComposerConfig):
+            raise ValueError(f"args must be a ComposerConfig, got {type(args).__name__}")
+        _check_channels(args)  # again: fields may have been changed after the config was built
+        _check_datasets(args, train_dataset, pairs_dataset)
+        self._capture_student_logps = False
+        self._last_rewards = None
+        model = os.fspath(model) if isinstance(model, os.PathLike) else model  # TRL takes a str path
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if args.hint_distill_weight > 0:
+            self._hint_teacher = self._make_hint_teacher()
+        if args.trace_replay_weight > 0:
+            self._pairs = pairs_dataset
+            self._encoded_pairs = encode_pairs(self.processing_class, pairs_dataset)
+            generator = torch.Generator().manual_seed(args.seed)
+            self._pair_order = torch.randperm(len(pairs_dataset), generator=generator).tolist()
+            self._pair_cursor = 0
+
+    # ---- teacher weights for the hint channel
+
+    def _make_hint_teacher(self):
+        """None means 'use the training model itself' (live teacher, or the adapter-disabled PEFT base)."""
+        if self.args.hint_teacher == "live" or (self.args.hint_teacher == "frozen" and is_peft_model(self.model)):
+            return None
+        if self.args.hint_teacher == "frozen" and self.ref_model is not None:
+            return self.ref_model  # GRPO already holds the initial policy when beta > 0
+        if is_peft_model(self.model):
+            raise ValueError("hint_teacher='ema' is not supported with a PEFT model; use 'frozen' or 'live'")
+        # Built like TRL's reference model: reloaded from the policy's path (so pass models by path), with the
+        # same fused head, prepared for the same distributed setup.
+        kwargs = dict(self.args.model_init_kwargs or {})
+        kwargs.setdefault("dtype", self.model.dtype)
+        teacher = create_model_from_path(get_config_model_id(self.model.config), **kwargs).eval().requires_grad_(False)
+        add_fused_lm_head(teacher, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
+        if self.is_deepspeed_enabled:
+            teacher = prepare_deepspeed(teacher, self.accelerator)
+        elif self.is_fsdp_enabled:
+            teacher = prepare_fsdp(teacher, self.accelerator)
+        else:
+            teacher = self.accelerator.prepare_model(teacher, evaluation_mode=True)
+        if self.args.hint_teacher == "ema":
+            self.add_callback(_EMATeacherCallback(teacher, self.accelerator, self.args.hint_teacher_ema_rate))
+        return teacher
+
+    @contextmanager
+    def _teacher(self, model):
+        if self._hint_teacher is not None:
+            yield self._hint_teacher
+        elif self.args.hint_teacher == "frozen":  # PEFT: the base model is the initial policy, at no memory cost
+            with self.accelerator.unwrap_model(model).disable_adapter():
+                yield model
+        else:
+            yield model
+
+    # ---- hooks into GRPOTrainer
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards = rewards_per_func  # gathered over processes; the sibling hint source needs them
+        return rewards_per_func
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        if self._capture_student_logps:  # the student's own forward inside GRPO's loss: reuse, don't recompute
+            self._capture_student_logps = False
+            self._student_logps = out[0]
+        return out
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.hint_distill_weight > 0:
+            output.update(self._hint_inputs(inputs, output))
+        return output
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        use_hint = self.args.hint_distill_weight > 0
+        use_dpo = self.args.trace_replay_weight > 0 and mode == "train"
+        self._capture_student_logps = use_hint and self.args.hint_distill_mode == "sampled_token"
+        loss = super()._compute_loss(model, inputs)
+        if not (use_hint or use_dpo):
+            return loss
+        scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        self._log_mean(mode, "grpo_loss", loss.detach() * scale)
+        if use_hint:
+            hint = self._hint_loss(model, inputs)
+            self._log_mean(mode, "hint_distill_loss", hint.detach())
+            loss = loss + self.args.hint_distill_weight * hint / scale
+        if use_dpo:
+            dpo = self._trace_replay_loss(model, mode)
+            loss = loss + self.args.trace_replay_weight * dpo / scale
+        return loss
+
+    # ---- the hint channel
+
+    def _hint_inputs(self, inputs, output) -> dict:
+        """Tokenized teacher contexts (prompt + hint), B-first so GRPO's buffer splits them with the batch."""
+        if self.args.hint_source == "column":
+            hints = [row.get(self.args.hint_column) for row in inputs]
+        else:
+            hints = self._sibling_hints(output)
+        prompts = [_with_hint(row["prompt"], h, self.args.hint_template) for row, h in zip(inputs, hints)]
+        prompt_ids = self._tokenize_prompts(prompts)[0]
+        device = self.accelerator.device
+        ids = [torch.tensor(p) for p in prompt_ids]
+        return {
+            "hint_prompt_ids": pad(ids, self._tokenizer.pad_token_id, "left").to(device),
+            "hint_prompt_mask": pad([torch.ones_like(i) for i in ids], 0, "left").to(device),
+            "hint_mask": torch.tensor([h is not None for h in hints], dtype=torch.float32, device=device),
+        }
+
+    def _sibling_hints(self, output) -> list[str | None]:
+        """SDPO: the hint for a rollout is a successful sibling's completion from the same group."""
+        rewards = (self._last_rewards * self.reward_weights.to(self._last_rewards.device)).nansum(dim=1)
+        local = self._tokenizer.batch_decode(
+            [ids[m.bool()] for ids, m in zip(output["completion_ids"], output["completion_mask"])],
+            skip_special_tokens=True,
+        )
+        texts = gather_object(local)
+        n = len(local)
+        start = self.accelerator.process_index * n
+        g = self.num_generations if self.model.training else self.num_generations_eval
+        hints = []
+        for i in range(start, start + n):
+            group = range(i - i % g, i - i % g + g)
+            good = [j for j in group if j != i and rewards[j] >= self.args.sibling_success_reward]
+            hints.append(f"A correct solution:\n{texts[good[0]]}" if good else None)
+        return hints
+
+    def _hint_loss(self, model, inputs) -> torch.Tensor:
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        teacher_ids = torch.cat([inputs["hint_prompt_ids"], completion_ids], dim=1)
+        teacher_mask = torch.cat([inputs["hint_prompt_mask"], completion_mask], dim=1)
+        kwargs = {"mode": self.args.hint_distill_mode, "divergence": self.args.hint_distill_divergence}
+        with torch.no_grad(), self._teacher(model) as teacher:
+            if self.args.hint_distill_mode == "sampled_token":
+                teacher_logps = self._get_per_token_logps_and_entropies(teacher, teacher_ids, teacher_mask, keep)[0]
+            else:
+                teacher_logits = completion_logits(teacher, teacher_ids, teacher_mask, keep, self.temperature)
+        if self.args.hint_distill_mode == "sampled_token":
+            per_token = hint_distill_per_token(
+                student_token_logps=self._student_logps, teacher_token_logps=teacher_logps, **kwargs
+            )
+        else:  # topk / full need the student's logits: one more forward, with gradient
+            student_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+            student_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+            student_logits = completion_logits(model, student_ids, student_mask, keep, self.temperature)
+            per_token = hint_distill_per_token(
+                student_logits=student_logits, teacher_logits=teacher_logits, topk=self.args.hint_distill_topk,
+                add_tail=self.args.hint_distill_add_tail, **kwargs,
+            )
+        per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        # Mean over all B rollouts (those without a hint add 0): keeps the term invariant to accumulation.
+        return (per_sequence * inputs["hint_mask"]).mean()
+
+    # ---- the trace-replay channel
+
+    def _next_pairs(self) -> list[dict]:
+        """The next pairs of a seeded permutation; each process takes its own slice."""
+        size, world = self.args.trace_replay_batch_size, self.accelerator.num_processes
+        start = self._pair_cursor + self.accelerator.process_index * size
+        self._pair_cursor += size * world
+        return [self._pair_order[(start + k) % len(self._pair_order)] for k in range(size)]
+
+    def _trace_replay_loss(self, model, mode) -> torch.Tensor:
+        index = self._next_pairs()
+        policy_chosen, policy_rejected = pair_logps(model, [self._encoded_pairs[i] for i in index],
+                                                    self._tokenizer.pad_token_id)
+        rows = self._pairs.select(index)
+        device = policy_chosen.device
+        ref_chosen = torch.tensor(rows["ref_chosen_logps"], dtype=policy_chosen.dtype, device=device)
+        ref_rejected = torch.tensor(rows["ref_rejected_logps"], dtype=policy_chosen.dtype, device=device)
+        losses, chosen_rewards, rejected_rewards = dpo_loss(
+            policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta=self.args.trace_replay_beta
+        )
+        self._log_mean(mode, "trace_replay_loss", losses.detach().mean())
+        self._log_mean(mode, "trace_replay/reward_accuracy", (chosen_rewards > rejected_rewards).float().mean())
+        self._log_mean(mode, "trace_replay/margin", (chosen_rewards - rejected_rewards).mean())
+        return losses.mean()
+
+    def _log_mean(self, mode, name, value: torch.Tensor):
+        self._metrics[mode][name].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())
+
+
+def _with_hint(prompt, hint: str | None, template: str):
+    """The teacher's context: the prompt with the hint appended to its last user message."""
+    if hint is None:
+        return prompt
+    text = template.format(hint=hint)
+    if isinstance(prompt, str):
+        return prompt + text
+    messages = [dict(m) for m in prompt]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    messages[last_user]["content"] = messages[last_user]["content"] + text
+    return messages

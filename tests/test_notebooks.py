@@ -1,0 +1,67 @@
+"""Every spike notebook in notebooks/: hygiene of the committed file, and a smoke run with its defaults.
+
+    .venv/bin/pytest tests/test_notebooks.py                 # all notebooks
+    .venv/bin/pytest tests/test_notebooks.py -k 005          # one
+
+The smoke run goes through composer.run (papermill + nbconvert) into tmp_path and must finish
+within the suite's budget of 60 s per notebook, kernel start included.
+"""
+
+import ast
+import time
+
+import nbformat
+import papermill
+import pytest
+
+from composer import report, run
+from composer.paths import NOTEBOOKS
+
+BUDGET_S = 60
+NOTEBOOK_FILES = sorted(NOTEBOOKS.glob("*.ipynb"))
+ids = [p.stem for p in NOTEBOOK_FILES]
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS.is_dir() and NOTEBOOK_FILES, f"no spike notebooks in {NOTEBOOKS}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=ids)
+def test_hygiene(path):
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# "), "the first cell is a markdown `# title`"
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"cell {i} was committed with outputs"
+    tagged = [cell for cell in nb.cells if "parameters" in cell.metadata.get("tags", [])]
+    assert len(tagged) == 1 and tagged[0].cell_type == "code", "exactly one code cell tagged `parameters`"
+    names = []
+    for stmt in ast.parse(tagged[0].source).body:
+        assert isinstance(stmt, (ast.Assign, ast.AnnAssign)), f"line {stmt.lineno}: the parameters cell holds assignments only"
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        assert len(targets) == 1 and isinstance(targets[0], ast.Name), f"line {stmt.lineno}: one plain name per assignment"
+        ast.literal_eval(stmt.value)  # raises on anything but a literal
+        names.append(targets[0].id)
+    # papermill parses the cell with a regex: a line it cannot read (an "=" in the comment,
+    # an `int | None` annotation) is silently not a parameter, and overrides of it are refused.
+    assert list(papermill.inspect_notebook(str(path))) == names, "papermill must see every assignment as a parameter"
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=ids)
+def test_smoke(path, tmp_path, capsys):
+    t0 = time.time()
+    code = run.run(path.stem, reports_dir=tmp_path)
+    elapsed = time.time() - t0
+    captured = capsys.readouterr()
+    with capsys.disabled():
+        print(f"\n{path.stem}: {elapsed:.1f} s")
+    assert code == 0, captured.err
+    results = report.read_results(tmp_path / path.stem / "executed.ipynb")
+    assert results["spike"] == path.stem and results["verdict"] in report.VERDICTS
+    assert results["criteria"] and all(c["comparator"] in report.COMPARATORS for c in results["criteria"])
+    assert results["backend"] == "offline", "the default parameters run offline"
+    nb = nbformat.read(tmp_path / path.stem / "executed.ipynb", as_version=4)
+    first = next(out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+    assert results["verdict"] in first.get("data", {}).get("text/html", ""), "the first output is the verdict banner"
+    assert elapsed < BUDGET_S, f"{path.stem} took {elapsed:.1f} s (budget {BUDGET_S} s)"

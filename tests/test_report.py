@@ -1,0 +1,238 @@
+"""composer.report: the verdict rule on exact numbers, redaction, the results contract, plots.
+
+    .venv/bin/pytest tests/test_report.py
+"""
+
+import json
+import subprocess
+
+import nbformat
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from composer import report
+from composer.report import Criterion, decide_verdict
+
+# -----------------------------------------------------------------------------
+# one criterion: threshold 5, the interval against each comparator, boundaries included
+
+
+@pytest.mark.parametrize(
+    "comparator, low, high, status",
+    [
+        (">=", 5, 6, "pass"),  # low end on the threshold meets >=
+        (">=", 4, 5, "undecided"),
+        (">=", 3, 4.99, "fail"),
+        (">=", 5, 5, "pass"),
+        (">", 5, 6, "undecided"),  # low end on the threshold does not meet >
+        (">", 5.01, 6, "pass"),
+        (">", 4, 5, "fail"),  # high end on the threshold misses >
+        (">", 5, 5, "fail"),
+        ("<=", 4, 5, "pass"),
+        ("<=", 5, 6, "undecided"),
+        ("<=", 5.01, 6, "fail"),
+        ("<=", 5, 5, "pass"),
+        ("<", 4, 4.99, "pass"),
+        ("<", 4, 5, "undecided"),
+        ("<", 5, 6, "fail"),
+        ("<", 5, 5, "fail"),
+    ],
+)
+def test_criterion_status(comparator, low, high, status):
+    c = Criterion("x", threshold=5, comparator=comparator, estimate=(low + high) / 2, ci_low=low, ci_high=high)
+    assert c.status == status
+    assert c.passed == {"pass": True, "fail": False, "undecided": None}[status]
+
+
+def test_exact_criterion_has_zero_width_interval():
+    c = Criterion("pairs per trace", threshold=5, comparator=">=", estimate=7)
+    assert (c.ci_low, c.ci_high, c.status) == (7, 7, "pass")
+
+
+@pytest.mark.parametrize("estimate", [None, float("nan"), np.float32("nan")])
+def test_missing_estimate_is_undecided(estimate):
+    assert Criterion("x", threshold=1, comparator="<", estimate=estimate).status == "undecided"
+
+
+def test_criterion_rejects_bad_comparator_and_interval():
+    with pytest.raises(ValueError, match="comparator"):
+        Criterion("x", threshold=1, comparator="==", estimate=1)
+    with pytest.raises(ValueError, match="ci_low"):
+        Criterion("x", threshold=1, comparator="<", estimate=1, ci_low=2, ci_high=0)
+
+
+# -----------------------------------------------------------------------------
+# the verdict from sets of criteria
+
+PASS = Criterion("p", threshold=0, comparator=">", estimate=1)
+FAIL = Criterion("f", threshold=0, comparator=">", estimate=-1)
+UNDECIDED = Criterion("u", threshold=0, comparator=">", estimate=0.5, ci_low=-1, ci_high=2)
+
+
+@pytest.mark.parametrize(
+    "criteria, complete, verdict",
+    [
+        ([PASS], True, "VALIDATED"),
+        ([PASS, PASS], True, "VALIDATED"),
+        ([FAIL], True, "INVALIDATED"),
+        ([FAIL, FAIL], True, "INVALIDATED"),
+        ([PASS, FAIL], True, "PARTIAL"),
+        ([FAIL, PASS, PASS], True, "PARTIAL"),
+        ([UNDECIDED], True, "INCONCLUSIVE"),
+        ([PASS, UNDECIDED], True, "INCONCLUSIVE"),
+        ([FAIL, UNDECIDED], True, "INCONCLUSIVE"),
+        ([PASS, FAIL, UNDECIDED], True, "INCONCLUSIVE"),
+        # a run that did not complete is never VALIDATED; nothing else changes
+        ([PASS], False, "PARTIAL"),
+        ([PASS, PASS], False, "PARTIAL"),
+        ([FAIL], False, "INVALIDATED"),
+        ([PASS, FAIL], False, "PARTIAL"),
+        ([PASS, UNDECIDED], False, "INCONCLUSIVE"),
+    ],
+)
+def test_decide_verdict(criteria, complete, verdict):
+    assert decide_verdict(criteria, complete=complete) == verdict
+
+
+def test_no_criteria_no_verdict():
+    with pytest.raises(ValueError):
+        decide_verdict([])
+
+
+# -----------------------------------------------------------------------------
+# secrets
+
+
+@pytest.mark.parametrize(
+    "params, key",
+    [
+        ({"teacher_key": "sk-or-v1-abcdefgh12345678"}, "teacher_key"),
+        ({"token": "hf_abcdefghijklmnopqrstu"}, "token"),
+        ({"teachers": [{"model": "x", "auth": "sk-abcdefghijklmnopqrstuvwx"}]}, "teachers[0].auth"),
+        ({"api_key": "not-an-env-name"}, "api_key"),
+        ({"openrouter": {"API_KEY_ENV": "sk-or-v1-abcdefgh12345678"}}, "openrouter.API_KEY_ENV"),
+    ],
+)
+def test_redact_params_refuses_keys(params, key):
+    with pytest.raises(ValueError) as e:
+        report.redact_params(params)
+    assert repr(key) in str(e.value)
+
+
+def test_redact_params_allows_env_var_names():
+    params = {"api_key_env": "OPENROUTER_API_KEY", "api_key": None, "model": "sk-short", "loader": "hf_hub"}
+    assert report.redact_params(params) == params
+
+
+# -----------------------------------------------------------------------------
+# record() and read_results()
+
+
+def _record(**overrides):
+    kwargs = dict(
+        title="Example",
+        criteria=[Criterion("cost per trace", threshold=5.0, comparator="<", estimate=3.2, ci_low=2.9, ci_high=3.6),
+                  Criterion("pairs", threshold=5, comparator=">=", estimate=np.int64(7))],
+        metrics={"cost": np.float64(3.2), "per_teacher": {"a": [1, 2]}, "ok": np.bool_(True)},
+        params={"seed": 3, "api_key_env": "OPENROUTER_API_KEY"},
+        backend="offline",
+        seed=3,
+        started=report.start() - 1.5,
+    )
+    kwargs.update(overrides)
+    return report.record("001-example", **kwargs)
+
+
+def test_record_contract(capsys):
+    r = _record()
+    assert list(r) == ["spike", "title", "verdict", "verdict_rule", "backend", "criteria", "metrics", "params", "provenance", "notes"]
+    assert (r["spike"], r["verdict"], r["verdict_rule"], r["backend"]) == ("001-example", "VALIDATED", report.VERDICT_RULE, "offline")
+    assert r["criteria"][1] == {"name": "pairs", "threshold": 5, "comparator": ">=", "estimate": 7, "ci_low": 7, "ci_high": 7, "passed": True}
+    assert r["metrics"] == {"cost": 3.2, "per_teacher": {"a": [1, 2]}, "ok": True}
+    prov = r["provenance"]
+    assert set(prov) == {"git_sha", "git_dirty", "python", "packages", "hardware", "started_utc", "duration_s", "seed"}
+    assert set(prov["packages"]) == set(report.PACKAGES) and prov["packages"]["papermill"] == "2.7.0"
+    assert prov["hardware"]["cpu_count"] >= 1 and prov["hardware"]["memory_total_bytes"] > 0
+    assert 1.5 <= prov["duration_s"] < 60 and prov["seed"] == 3
+    assert json.loads(json.dumps(r, allow_nan=False)) == r
+    assert "VALIDATED" in capsys.readouterr().out  # outside a kernel display() prints
+
+
+def test_record_nan_becomes_null_with_a_note():
+    r = _record(criteria=[Criterion("x", threshold=0, comparator=">", estimate=float("nan"))],
+                metrics={"loss": [1.0, float("inf")]})
+    assert r["verdict"] == "INCONCLUSIVE"
+    assert r["criteria"][0]["estimate"] is None and r["metrics"]["loss"] == [1.0, None]
+    assert any("criteria[0].estimate" in n for n in r["notes"]) and any("metrics.loss[1]" in n for n in r["notes"])
+
+
+def test_record_refuses_secrets_bad_backend_and_odd_types():
+    with pytest.raises(ValueError, match="api_key"):
+        _record(params={"api_key": "sk-or-v1-abcdefgh12345678"})
+    with pytest.raises(ValueError, match="backend"):
+        _record(backend="simulated")
+    with pytest.raises(TypeError, match="metrics.when"):
+        _record(metrics={"when": object()})
+
+
+def test_record_incomplete_run_is_partial_with_a_note():
+    r = _record(complete=False, notes=["latency is simulated"])
+    assert r["verdict"] == "PARTIAL"
+    assert r["notes"][0] == "latency is simulated" and "did not complete" in r["notes"][1]
+
+
+def test_read_results_round_trip(tmp_path):
+    first, second = _record(), _record(title="Second")
+    bundle = lambda r: nbformat.v4.new_output("display_data", data={report.RESULTS_MIME: r, "text/html": "<table></table>"})
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[bundle(first)]), nbformat.v4.new_code_cell("", outputs=[bundle(second)])])
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert report.read_results(tmp_path / "x.ipynb") == second  # the last record() wins
+    assert report.read_results(nb) == second
+    with pytest.raises(LookupError):
+        report.read_results(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]))
+
+
+def test_provenance_without_git_repository(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    prov = report.provenance(0, report.start())
+    assert prov["git_sha"] is None and prov["git_dirty"] is None
+
+
+def test_provenance_git_sha_and_dirty_ignoring_reports(tmp_path, monkeypatch):
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("commit", "-qm", "a")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "001.json").write_text("{}")  # a run's own output is not a code change
+    prov = report.provenance(0, report.start())
+    assert len(prov["git_sha"]) == 40 and prov["git_dirty"] is False
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert report.provenance(0, report.start())["git_dirty"] is True
+
+
+# -----------------------------------------------------------------------------
+# plots
+
+
+def _figures():
+    x = np.arange(5)
+    return [
+        report.interval_plot([("A", 0.4, 0.3, 0.5, 100), ("B", 0.5, 0.42, 0.6, 100)], xlabel="pass@1", title="t", method="bootstrap 95%", seed=0),
+        report.ecdf_plot({"opus": [1.0, 2.0, 2.5], "gpt": [0.5, 3.0]}, xlabel="s", title="t"),
+        report.curves_plot(x, {"loss": 1 / (x + 1)}, bands_by_label={"loss": (1 / (x + 1) - 0.1, 1 / (x + 1) + 0.1)}, xlabel="step", ylabel="loss", title="t"),
+    ]
+
+
+def test_plots_are_figures_with_byte_stable_png(capsys):
+    for first, again in zip(_figures(), _figures()):
+        assert isinstance(first, Figure)
+        data = report.png(first)
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"Matplotlib" not in data  # no version stamp
+        assert report.png(again) == data
+        report.show(first)
+    assert "Image object" in capsys.readouterr().out  # outside a kernel display() prints
