@@ -270,6 +270,13 @@ def _build_model(out: Path, tok_dir: Path, seed: int, config: dict) -> None:
         model = Qwen3ForCausalLM(cfg)
     model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
     model.save_pretrained(out)
+    if not (out / "config.json").exists():
+        # transformers writes checkpoints from rank 0 only once torch.distributed is initialised; publishing
+        # this directory would poison the cache for every later run.
+        raise RuntimeError(
+            "tiny_model() built no checkpoint: it was called on a non-zero rank of an initialised process group. "
+            "Call it before initialising torch.distributed (every rank may; the cache handles the race)."
+        )
     # Copy the tokenizer files rather than re-saving the loaded object, which would also persist load-time
     # kwargs (transformers 5 writes local_files_only/is_local into tokenizer_config.json).
     shutil.copytree(tok_dir, out, dirs_exist_ok=True)

@@ -24,9 +24,8 @@ def reward(completions, **kwargs):
 
 
 def main(out):
+    path = tiny_model()  # before the process group exists: transformers saves from rank 0 only after that
     state = PartialState()
-    with state.main_process_first():  # rank 0 builds the cached model, the others then read it
-        path = tiny_model()
     tokenizer = load_tokenizer(path)
     pairs = Dataset.from_dict({"prompt": PROMPTS, "chosen": ["return a + b", "pytest"], "rejected": ["a - b", "rm"]})
     pairs = add_reference_logps(pairs, load_model(path), tokenizer)

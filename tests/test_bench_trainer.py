@@ -1,0 +1,104 @@
+"""composer.bench.trainer: the result's shape and arithmetic, the CLI's last line, one CPU memory process.
+
+    .venv/bin/pytest tests/test_bench_trainer.py
+
+Timings are not asserted against the targets (a benchmark, not a timed test): only that they are measured,
+positive, and that every ratio is the arms' median over GRPO's median.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from datasets import Dataset
+
+from composer.bench import trainer as bench
+from composer.models import load_model, load_tokenizer
+from composer.paths import ROOT
+from composer.trainer import add_reference_logps
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+RATIO_ARMS = {"00": "composer_00", "hint": "hint", "dpo": "dpo", "all": "all"}
+ARM_KEYS = {"step_s_median", "step_s_p10", "step_s_p90", "peak_mem_bytes"}
+
+
+@pytest.fixture(scope="module")
+def result():
+    return bench.measure(size="tiny", repeats=2, memory=False)
+
+
+def _positive_finite(x):
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_result_has_the_promised_keys(result):
+    for key in ("ratio_00_time", "ratio_all_time", "ratio_all_mem", "arms", "device", "size", "repeats", "mode",
+                "memory_method", "targets", "meets_targets", "scope"):
+        assert key in result, key
+    assert set(result["arms"]) == set(bench.ARMS)
+    for arm, figures in result["arms"].items():
+        assert ARM_KEYS <= set(figures), arm
+        assert figures["step_s_p10"] <= figures["step_s_median"] <= figures["step_s_p90"], arm
+        assert len(result["samples_s"][arm]) == 2
+    assert result["size"] == "tiny" and result["repeats"] == 2 and result["mode"] == "sampled_token"
+    assert result["targets"] == {"ratio_00_time": 1.02, "ratio_all_time": 1.5, "ratio_all_mem": 1.3}
+    assert "generation excluded" in result["scope"]
+    assert result["grpo_ignores_hint_keys"] is True
+    json.dumps(result)  # what main prints
+
+
+def test_ratios_are_median_over_grpo_median(result):
+    arms = result["arms"]
+    for key, arm in RATIO_ARMS.items():
+        ratio = result["ratios"][f"ratio_{key}_time"]
+        assert _positive_finite(ratio), key
+        assert ratio == arms[arm]["step_s_median"] / arms["grpo"]["step_s_median"]
+    for key in ("ratio_00_time", "ratio_all_time"):
+        assert result[key] == result["ratios"][key]
+        assert result["meets_targets"][key] is (result[key] <= result["targets"][key])
+
+
+def test_no_memory_leaves_memory_fields_empty(result):
+    assert result["memory_method"] is None
+    assert result["ratio_all_mem"] is None and result["meets_targets"]["ratio_all_mem"] is None
+    assert all(figures["peak_mem_bytes"] is None for figures in result["arms"].values())
+
+
+def test_forward_passes_per_arm(result):
+    """Where the extra time goes: 0/0 adds no forward; hint adds a teacher forward; DPO a second student one."""
+    expected = {"grpo": (1, 0), "composer_00": (1, 0), "hint": (1, 1), "dpo": (2, 0), "all": (2, 1)}
+    got = {arm: (f["student_forwards"], f["teacher_forwards"]) for arm, f in result["arms"].items()}
+    assert got == expected
+
+
+def test_cli_prints_json_last():
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-m", "composer", "bench", "trainer", "--size", "tiny", "--repeats", "1",
+                           "--no-memory"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    last = json.loads(lines[-1])
+    for key in ("ratio_00_time", "ratio_all_time", "ratio_all_mem"):
+        assert key in last
+    assert _positive_finite(last["ratio_all_time"]) and last["ratio_all_mem"] is None
+    assert any(line.startswith("ratio_all_time") for line in lines[:-1])  # the table comes first
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or torch.cuda.is_available(),
+                    reason="the CPU memory method reads Linux RSS; on CUDA the memory process measures GPU bytes")
+def test_cpu_memory_process(tmp_path):
+    """One fresh memory process (the `all` arm, tiny size): a positive peak, at least what stays resident."""
+    model_path = bench._model_path("tiny")
+    tokenizer = load_tokenizer(model_path)
+    pairs = add_reference_logps(Dataset.from_dict(bench.PAIRS), load_model(model_path), tokenizer)
+    trainer, _ = bench._build("all", "tiny", model_path, tokenizer, bench._train_dataset(), pairs,
+                              str(tmp_path / "out"))
+    data = tmp_path / "batch.pt"
+    bench.save_memory_data(data, model_path, bench._generation_batch(trainer, "tiny"), pairs)
+    out = bench._memory("all", "tiny", str(data))
+    assert out["arm"] == "all" and out["hwm_reset"] is True
+    assert 0 < out["retained_mem_bytes"] <= out["peak_mem_bytes"] < 2**30
