@@ -45,7 +45,8 @@ def datasets(model_path):
     return Dataset.from_dict({"prompt": PROMPTS, "hint": HINTS}), pairs, tokenizer
 
 
-def _trainer(cls, model_path, out, train, tokenizer, **config):
+def build_trainer(cls, model_path, out, train, tokenizer, **config):
+    """GRPOTrainer or ComposerTrainer on the tiny setup, in train mode, ready for direct loss calls."""
     pairs = config.pop("pairs", None)
     extra = {"pairs_dataset": pairs} if cls is ComposerTrainer else {}
     args = (ComposerConfig if cls is ComposerTrainer else GRPOConfig)(out, **{**BASE, **config})
@@ -54,6 +55,7 @@ def _trainer(cls, model_path, out, train, tokenizer, **config):
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; here the loss is called directly
     return trainer
+
 
 
 def _count_forwards(model, fn):
@@ -77,8 +79,8 @@ def grpo_reduction(model_path, seed: int = 0) -> dict:
     forward passes counted in generation+scoring and in the loss."""
     train, pairs, tokenizer = datasets(model_path)
     with tempfile.TemporaryDirectory() as out:
-        stock = _trainer(GRPOTrainer, model_path, out, train, tokenizer, seed=seed)
-        ours = _trainer(ComposerTrainer, model_path, out, train, tokenizer, seed=seed, pairs=pairs)
+        stock = build_trainer(GRPOTrainer, model_path, out, train, tokenizer, seed=seed)
+        ours = build_trainer(ComposerTrainer, model_path, out, train, tokenizer, seed=seed, pairs=pairs)
         rows = [{"prompt": PROMPTS[0], "hint": HINTS[0]}] * 4
         counts = []
         for trainer in (stock, ours):
@@ -107,7 +109,7 @@ def short_run(model_path, *, steps: int = 5, seed: int = 0, hint_distill_weight:
     if hint_distill_mode == "topk":
         mode.update(hint_distill_topk=config.pop("hint_distill_topk", 20))
     with tempfile.TemporaryDirectory() as out:
-        trainer = _trainer(ComposerTrainer, model_path, out, train, tokenizer, seed=seed, max_steps=steps,
+        trainer = build_trainer(ComposerTrainer, model_path, out, train, tokenizer, seed=seed, max_steps=steps,
                            num_iterations=steps, learning_rate=3e-3, trace_replay_batch_size=len(pairs),
                            hint_distill_weight=hint_distill_weight,
                            trace_replay_weight=trace_replay_weight, pairs=pairs, **mode, **config)

@@ -10,6 +10,7 @@ from trl.trainer.utils import split_tensor_dict
 
 from composer.models import load_model, load_tokenizer, tiny_model
 from composer.trainer import ComposerConfig, ComposerTrainer, add_reference_logps
+from composer.trainer_checks import build_trainer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 PROMPTS = [
@@ -52,14 +53,8 @@ def pairs(model_path, tokenizer):
 
 
 def make(trainer_cls, model_path, tokenizer, train_dataset, tmp_path, *, pairs=None, **config):
-    config = {**COMMON, "per_device_train_batch_size": 4, "num_generations": 4, **config}
-    args = (ComposerConfig if trainer_cls is ComposerTrainer else GRPOConfig)(str(tmp_path / "out"), **config)
-    extra = {"pairs_dataset": pairs} if trainer_cls is ComposerTrainer else {}
-    trainer = trainer_cls(str(model_path), reward_funcs=[reward], args=args, train_dataset=train_dataset,
-                          processing_class=tokenizer, **extra)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by the training loop; these tests call the loss directly
-    return trainer
+    return build_trainer(trainer_cls, model_path, str(tmp_path / "out"), train_dataset, tokenizer, pairs=pairs,
+                         **{**COMMON, **config})
 
 
 def generation_batch(trainer, n):
