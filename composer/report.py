@@ -269,6 +269,23 @@ def _hardware() -> dict:
     }
 
 
+def quiet() -> None:
+    """Keep library chatter (load bars, deprecation notices, per-step trainer logs) out of rendered reports.
+
+    Errors still show; the notebook's own prints and tables are what a reader sees.
+    """
+    import warnings
+
+    os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is imported; bars in a rendered report are noise
+    warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.autonotebook without ipywidgets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*TRL.*experimental.*")
+
+
 def start() -> float:
     """The start time record() measures duration from (banner() returns it too)."""
     return time.time()

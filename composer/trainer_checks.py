@@ -12,6 +12,7 @@ import tempfile
 
 import torch
 from datasets import Dataset
+from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from composer.models import load_model, load_tokenizer
@@ -52,6 +53,7 @@ def build_trainer(cls, model_path, out, train, tokenizer, **config):
     args = (ComposerConfig if cls is ComposerTrainer else GRPOConfig)(out, **{**BASE, **config})
     trainer = cls(str(model_path), reward_funcs=[length_reward], args=args, train_dataset=train,
                   processing_class=tokenizer, **extra)
+    trainer.remove_callback(PrinterCallback)  # with disable_tqdm it prints every log dict; log_history keeps them
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; here the loss is called directly
     return trainer

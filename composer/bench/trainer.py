@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import transformers
 import trl
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text bars on stderr: the notebook widgets of tqdm.auto need ipywidgets
 
 from composer.models import TINY
 
@@ -322,7 +322,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     pairs = add_reference_logps(Dataset.from_dict(PAIRS), load_model(model_path), tokenizer)
 
     built = {}
-    for arm in tqdm(ARMS, desc="build arms", file=sys.stderr, leave=False):
+    for arm in tqdm(ARMS, desc="build arms", file=sys.stderr, leave=False, disable=None):
         built[arm] = _build(arm, size, model_path, tokenizer, train_dataset, pairs, os.path.join(workdir, arm))
     inputs = _generation_batch(built["all"][0], size)
     missing = [k for k in ("hint_prompt_ids", "hint_prompt_mask", "hint_mask") if k not in inputs]
@@ -343,7 +343,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     times = {arm: [] for arm in ARMS}
     forwards = {}
     total = len(ARMS) * (WARMUP + repeats)
-    with tqdm(total=total, desc=f"steps ({size})", file=sys.stderr, leave=False) as bar:
+    with tqdm(total=total, desc=f"steps ({size})", file=sys.stderr, leave=False, disable=None) as bar:
         for arm in ARMS:
             trainer, optimizer = built[arm]
             forwards[arm] = _count_forwards(trainer, optimizer, inputs, cuda)
@@ -364,7 +364,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
         save_memory_data(data_path, model_path, inputs, pairs)
         del built, stock, trainer, optimizer  # free this process's trainers before the children run
         gc.collect()
-        for arm in tqdm(ARMS, desc="memory (fresh process per arm)", file=sys.stderr, leave=False):
+        for arm in tqdm(ARMS, desc="memory (fresh process per arm)", file=sys.stderr, leave=False, disable=None):
             mem[arm] = _memory(arm, size, data_path)
 
     completion_mask = inputs["completion_mask"].float()
