@@ -1,0 +1,100 @@
+"""Tests for composer.env.swebench: the record contract on embedded tasks, evaluation, clear errors."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from composer.env import swebench, tasks
+
+HARNESS_KEYS = {"total_instances", "submitted_instances", "completed_instances", "resolved_instances",
+                "unresolved_instances", "empty_patch_instances", "error_instances", "completed_ids",
+                "incomplete_ids", "empty_patch_ids", "submitted_ids", "resolved_ids", "unresolved_ids",
+                "error_ids", "schema_version"}  # swebench.harness.reporting.make_run_report, schema 2
+REAL_PREDS = Path("/work/shared/data/real-traces/mini-swe-agent-deepseek-chat-lite-dev/preds.json")
+
+
+@pytest.fixture(scope="module")
+def records():
+    return tasks.generate(3, seed=21)
+
+
+def pred(record, patch):
+    return {"instance_id": record["instance_id"], "model_name_or_path": "test-model", "model_patch": patch}
+
+
+def test_round_trip_json_jsonl_parquet(records, tmp_path):
+    import pyarrow
+    import pyarrow.parquet
+
+    (tmp_path / "r.json").write_text(json.dumps(records))
+    tasks.save_jsonl(records, tmp_path / "r.jsonl")
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(records), tmp_path / "r.parquet")
+    for name in ("r.json", "r.jsonl", "r.parquet"):
+        assert swebench.load_instances(tmp_path / name) == records, name
+
+
+def test_validate_instance_names_the_field_and_the_instance(records):
+    r = records[0]
+    assert swebench.validate_instance(r) is r
+    missing = {k: v for k, v in r.items() if k != "test_patch"}
+    with pytest.raises(ValueError, match=f"{r['instance_id']}.*test_patch"):
+        swebench.validate_instance(missing)
+    for bad in ["tests/test_x.py::test_a", "[1, 2]", '{"a": 1}']:
+        with pytest.raises(ValueError, match=f"{r['instance_id']}.*FAIL_TO_PASS"):
+            swebench.validate_instance({**r, "FAIL_TO_PASS": bad})
+    with pytest.raises(ValueError, match="PASS_TO_PASS.*string"):
+        swebench.validate_instance({**r, "PASS_TO_PASS": ["tests/test_x.py::test_a"]})
+
+
+def test_evaluate_resolves_gold_and_not_empty_broken_or_wrong_patches(records, tmp_path):
+    gold, empty, wrong = records
+    readme = (tasks.materialize(wrong, tmp_path / "w", with_tests=False) / "README.md").read_text()
+    harmless = tasks._git_diff({"README.md": readme}, {"README.md": readme + "More.\n"})
+    preds = [pred(gold, gold["patch"]), pred(empty, ""), pred(wrong, harmless)]
+    report = swebench.evaluate(preds, records, run_id="t", max_workers=2)
+    assert HARNESS_KEYS <= set(report) and report["schema_version"] == 2
+    assert report["resolved_ids"] == [gold["instance_id"]]
+    assert report["empty_patch_ids"] == [empty["instance_id"]]
+    assert report["unresolved_ids"] == [wrong["instance_id"]]
+    status = report["instances"][wrong["instance_id"]]["tests_status"]
+    assert status["FAIL_TO_PASS"]["failure"] == json.loads(wrong["FAIL_TO_PASS"])
+    assert status["PASS_TO_PASS"]["success"] == json.loads(wrong["PASS_TO_PASS"])
+    assert report["instances"][gold["instance_id"]]["resolved"] is True
+
+    broken = swebench.evaluate([pred(gold, "not a diff")], records, run_id="t")
+    assert broken["error_ids"] == [gold["instance_id"]] and broken["incomplete_ids"] == sorted(
+        r["instance_id"] for r in records[1:])
+    with pytest.raises(ValueError, match="not in the dataset"):
+        swebench.evaluate([{**pred(gold, ""), "instance_id": "nope"}], records, run_id="t")
+
+
+def test_real_instances_need_the_harness_and_say_what_is_missing(records):
+    missing = swebench.harness_missing()
+    if not missing:
+        pytest.skip("swebench and a Docker daemon are available here")
+    real = {**records[0], "repo": "django/django", "instance_id": "django__django-11099"}
+    with pytest.raises(RuntimeError) as e:
+        swebench.evaluate([pred(real, "diff")], [real], run_id="t")
+    assert all(m in str(e.value) for m in missing)
+
+
+def test_hf_dataset_name_offline_fails_fast_and_clearly(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="HF_HUB_OFFLINE"):
+        swebench.load_instances("SWE-bench/SWE-bench_Lite")
+    assert time.monotonic() - start < 2
+    with pytest.raises(FileNotFoundError):
+        swebench.load_instances("no-such-file.txt")
+
+
+@pytest.mark.skipif(not REAL_PREDS.exists(), reason="shared real traces not present")
+def test_shared_real_predictions_parse_as_swebench_predictions():
+    preds = swebench.load_predictions(REAL_PREDS)
+    raw = json.loads(REAL_PREDS.read_text())
+    assert len(preds) == len(raw) == 23 and [p["instance_id"] for p in preds] == list(raw)
+    for p in preds:
+        assert set(p) == set(swebench.PREDICTION_FIELDS) and p["model_name_or_path"] == "deepseek/deepseek-chat"
+        assert p["model_patch"] is None or p["model_patch"] == "" or p["model_patch"].startswith("diff --git a/")
