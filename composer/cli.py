@@ -68,6 +68,16 @@ def main(argv=None) -> int:
     p.add_argument("name", metavar="NAME", help="a module in composer/bench/")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to the benchmark's main()")
 
+    # Listed for --help; its arguments are composer.serve's own, handed over whole below (argparse's REMAINDER
+    # would stop at a leading option such as --model).
+    commands.add_parser("serve", help="a local OpenAI-compatible server (checkpoints, simulated providers)",
+                        add_help=False)
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:
+        from composer import serve  # imports torch and uvicorn: only for this command
+
+        return serve.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench(args.name, args.args)
