@@ -3,6 +3,8 @@
     python -m composer run 005 -p steps=5          # one spike notebook -> reports/
     python -m composer run all --profile report    # every spike, in dependency order
     python -m composer bench NAME [ARGS ...]       # a benchmark in composer/bench/
+    python -m composer serve --model student=PATH  # a local OpenAI-compatible server
+    python -m composer serve-env --tasks 20        # the coding environment over HTTP/WebSocket (OpenEnv)
 """
 
 import argparse
@@ -73,11 +75,18 @@ def main(argv=None) -> int:
     commands.add_parser("serve", help="a local OpenAI-compatible server (checkpoints, simulated providers)",
                         add_help=False)
 
+    commands.add_parser("serve-env", help="serve the coding environment over HTTP/WebSocket (OpenEnv)",
+                        add_help=False)
+
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:
         from composer import serve  # imports torch and uvicorn: only for this command
 
         return serve.main(argv[1:])
+    if argv[:1] == ["serve-env"]:  # its options belong to composer.env.server's own parser
+        from composer.env import server
+
+        return server.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench(args.name, args.args)
