@@ -17,7 +17,11 @@ import pytest
 from composer import report, run
 from composer.paths import NOTEBOOKS
 
+# The smoke defaults are sized to run in under BUDGET_S on 2 idle cores; the time is printed with every run.
+# Wall time on a shared machine is not a pass/fail signal (speed lives in benchmarks), so only a runaway
+# default — several times the budget — fails the test.
 BUDGET_S = 60
+RUNAWAY_S = 3 * BUDGET_S
 NOTEBOOK_FILES = sorted(NOTEBOOKS.glob("*.ipynb"))
 ids = [p.stem for p in NOTEBOOK_FILES]
 
@@ -55,7 +59,7 @@ def test_smoke(path, tmp_path, capsys):
     elapsed = time.time() - t0
     captured = capsys.readouterr()
     with capsys.disabled():
-        print(f"\n{path.stem}: {elapsed:.1f} s")
+        print(f"\n{path.stem}: {elapsed:.1f} s (budget {BUDGET_S} s{', over' if elapsed > BUDGET_S else ''})")
     assert code == 0, captured.err
     results = report.read_results(tmp_path / path.stem / "executed.ipynb")
     assert results["spike"] == path.stem and results["verdict"] in report.VERDICTS
@@ -64,4 +68,4 @@ def test_smoke(path, tmp_path, capsys):
     nb = nbformat.read(tmp_path / path.stem / "executed.ipynb", as_version=4)
     first = next(out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
     assert results["verdict"] in first.get("data", {}).get("text/html", ""), "the first output is the verdict banner"
-    assert elapsed < BUDGET_S, f"{path.stem} took {elapsed:.1f} s (budget {BUDGET_S} s)"
+    assert elapsed < RUNAWAY_S, f"{path.stem} took {elapsed:.1f} s: its defaults are no smoke scale (budget {BUDGET_S} s)"
