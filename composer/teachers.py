@@ -1,0 +1,846 @@
+"""Frozen teacher LLMs asked for a next-action distribution at one step of an agent trace.
+
+    from composer import teachers
+    specs = [teachers.TeacherSpec(**d) for d in teachers.DEFAULT_TEACHERS]   # Opus 4.7, GPT-5, DeepSeek V4 Pro
+    with teachers.offline_teachers(specs, time_scale=0.1) as local:         # the simulated stand-ins, or
+        ...                                                                 # the specs as they are (live: OpenRouter)
+    store = teachers.Store("runs/x/replay.sqlite", cap_usd=20.0)             # resumable cache + ledger + budget guard
+    teacher = teachers.Teacher(spec, store, slots=asyncio.Semaphore(32))
+    query = await teacher.ask(messages, trace_id=..., step=..., sample=0, student_action=..., context="full")
+    teachers.canonical_command("grep -n  'def f'  x.py")                      # -> "grep -n 'def f' x.py"
+
+Most callers use composer.replay, which builds the prompts, fans out and writes the records.
+
+A spec (params) names the model slug, the base URL, the NAME of the environment variable holding the key (the
+key itself never leaves the process: not in params, the cache, records, logs or reports), the OpenRouter
+provider pin, sampling and the elicitation mode:
+
+  topk      one call; the teacher lists up to k candidate commands with probabilities as JSON (a JSON schema
+            response_format is sent when structured_output; providers that lack it drop it and the parser copes);
+            probabilities are renormalized over canonical actions. A malformed answer is a parse failure.
+  samples   k calls, one command each (OpenRouter ignores `n`); the distribution is the counts of canonical actions.
+  logprobs  k calls with token logprobs; each distinct completion contributes its sequence probability
+            exp(sum of token logprobs) to its canonical action, the rest of the mass goes to OTHER. OpenRouter is
+            told to require the parameter, so a model without logprobs is refused rather than silently answered.
+
+Calls go through the openai SDK's AsyncOpenAI and its own retries (408/409/429 honouring Retry-After, 5xx,
+timeouts); nothing here retries again. The request body is OpenRouter's dialect (provider routing, usage
+accounting, session_id), which the local stand-in server also accepts; a provider's own API would refuse it.
+
+Costs: `usage.cost` when the response carries it, else computed from the token counts with genai-prices'
+OpenRouter table; each record says which. The Store is one sqlite file: answered calls keyed by teacher, model,
+canonical request body and sample index (a rerun re-pays nothing), and a ledger with a row per HTTP attempt,
+written at its worst-case price before the attempt is sent and settled from the provider's accounting after. An
+error response costs nothing; an attempt abandoned by the client (timeout, dropped connection) or answered with
+an unreadable body stays at its worst case, since the provider may have billed it. The budget guard refuses an
+attempt when the ledger plus its worst case would pass the cap, so the cap holds even across kills and resumes.
+"""
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, date, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import httpx
+import openai
+import yaml
+from genai_prices import Usage, calc_price
+from genai_prices.data_snapshot import get_snapshot
+from pydantic import BaseModel, ConfigDict, Field
+
+from composer.models import tokenizer_dir
+from composer.serve import Prices, load_profiles
+
+OPENROUTER = "https://openrouter.ai/api/v1"
+OTHER = "<other>"  # the mass a logprobs distribution leaves to actions it did not see
+SCHEMA_VERSION = "1.0"
+# The three teachers of spike 001, live and offline alike (the notebook's `teachers` parameter repeats them; a test
+# checks). expected_output_tokens feed the dry-run projection only: guesses until a live run measures them (GPT-5
+# spends most of its own on reasoning).
+DEFAULT_TEACHERS = [
+    {"name": "opus", "model": "anthropic/claude-opus-4.7", "provider": ["anthropic"], "cache_control": True,
+     "expected_output_tokens": 300},
+    {"name": "gpt5", "model": "openai/gpt-5", "provider": ["openai"], "reasoning_effort": "low",
+     "max_tokens": 4096, "expected_output_tokens": 1000},
+    {"name": "deepseek", "model": "deepseek/deepseek-v4-pro", "provider": ["deepseek"],
+     "expected_output_tokens": 400},
+]
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+PLACEHOLDER_KEY = "sk-local-unused"  # the local server checks no key
+ECHO_CONTEXT = 1_000_000  # frontier teachers take 200k-1M tokens; the tiny tokenizer's 4096 would refuse real traces
+
+
+class TeacherSpec(BaseModel):
+    """One teacher, as params describe it. `model` doubles as the simulated provider profile's name
+    (composer/providers.yaml) whose cache rules the projection uses and which the offline stand-in plays."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    base_url: str = OPENROUTER
+    api_key_env: str = Field("OPENROUTER_API_KEY", pattern=r"^[A-Z_][A-Z0-9_]*$")
+    provider: list[str] = []
+    """OpenRouter provider.order; with fallbacks off, the call fails rather than land on another provider."""
+    mode: Literal["topk", "samples", "logprobs"] = "topk"
+    k: int = Field(5, ge=1, le=20)
+    """Candidates asked for (topk) or calls made (samples, logprobs)."""
+    temperature: float | None = None
+    max_tokens: int = Field(2048, ge=1)
+    """Output cap, reasoning included: also the output side of the budget guard's worst case."""
+    reasoning_effort: str | None = None
+    structured_output: bool = True
+    cache_control: bool = False
+    """Anthropic-style explicit cache breakpoints (OpenAI and DeepSeek cache prefixes automatically)."""
+    expected_output_tokens: int = Field(300, ge=0)
+    timeout_s: float = Field(180.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    max_rps: float | None = Field(None, gt=0)
+    """Request starts per second to this teacher (None: only the replay's concurrency limit)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Prompts: the trace as the teacher sees it, and the question
+
+TEACHER_SYSTEM = (
+    "You are an expert software engineer reviewing the trajectory of a coding agent. The agent works in a shell "
+    "to resolve a GitHub issue: each of its turns runs one bash command, and the next message shows the output. "
+    "You will see the agent's instructions, its task and its turns so far; then you will be asked what the agent "
+    "should do next."
+)
+AGENT_SYSTEM_HEADER = "\n\n# The agent's system prompt\n\n"
+# Neither question contains a JSON object or a code fence: an endpoint that echoes the prompt back (the offline
+# stand-in) must produce a parse failure, never a distribution made of our own example.
+TOPK_QUESTION = (
+    "What should the agent do next? Give the {k} most promising next commands (fewer if fewer make sense), each "
+    "one bash command exactly as the agent would run it, with your probability that it is the best next action. "
+    "Answer with a single JSON object and nothing else: its key \"candidates\" holds a list of objects with the "
+    "keys \"command\" (the bash command, a string) and \"probability\" (a number from 0 to 1); the probabilities "
+    "add up to 1."
+)
+COMMAND_QUESTION = (
+    "What should the agent do next? Reply with exactly one bash code block holding the single next command the "
+    "agent should run, and nothing else."
+)
+TOPK_SCHEMA = {
+    "type": "object",
+    "properties": {"candidates": {"type": "array", "items": {
+        "type": "object",
+        "properties": {"command": {"type": "string"}, "probability": {"type": "number"}},
+        "required": ["command", "probability"], "additionalProperties": False}}},
+    "required": ["candidates"], "additionalProperties": False,
+}
+
+
+def question(spec: TeacherSpec) -> str:
+    return TOPK_QUESTION.format(k=spec.k) if spec.mode == "topk" else COMMAND_QUESTION
+
+
+def history(state_messages: list[dict]) -> list[dict]:
+    """The agent's chat as plain text turns: system (our framing + the agent's own), the task, then each agent
+    turn with its command in a ```bash block, each tool output as a user message. Plain text needs no tool
+    schema, which every provider accepts alike, and it is a pure function of the trace, so step t's history is
+    byte for byte a prefix of step t+1's: what prompt caching needs."""
+    system = TEACHER_SYSTEM
+    out = []
+    for m in state_messages:
+        content = m.get("content") or ""
+        if m["role"] in ("system", "developer"):
+            system += AGENT_SYSTEM_HEADER + content
+        elif m["role"] == "assistant":
+            blocks = [f"```bash\n{_call_text(call)}\n```" for call in m.get("tool_calls") or []]
+            out.append({"role": "assistant", "content": "\n\n".join(([content] if content else []) + blocks)})
+        else:  # user and tool messages are what the agent was shown
+            out.append({"role": "user", "content": content})
+    return [{"role": "system", "content": system}, *out]
+
+
+def _call_text(call: dict) -> str:
+    raw = call["function"]["arguments"]
+    try:
+        arguments = json.loads(raw)
+    except ValueError:
+        return raw  # the agent's malformed call, shown as it was
+    if isinstance(arguments, dict) and list(arguments) == ["command"]:
+        return arguments["command"]
+    return f"{call['function']['name']} {raw}"
+
+
+def teacher_messages(state_messages: list[dict], spec: TeacherSpec, *, context: str = "full", window: int = 8,
+                     cache: bool = True, previous: int | None = None) -> list[dict]:
+    """The messages sent to `spec` at one step: history under the context policy, then the question.
+
+    context "full" keeps every turn; "window" keeps what precedes the agent's first turn (system, task) and its
+    last `window` turns, with a note saying how many were left out. With cache and spec.cache_control, content
+    parts carry Anthropic `cache_control` breakpoints: under "full" at the end of this step's history (written
+    now, read by the next queried step) and at the end of the previous queried step's history (`previous`: the
+    length of its history(), read now; Anthropic looks only 20 blocks back from a breakpoint, so sampled steps
+    need that explicit one); under "window" at the end of the task, the one prefix a sliding window keeps.
+    """
+    turns = history(state_messages)
+    marks = set()
+    if context == "window":
+        first = next((i for i, m in enumerate(turns) if m["role"] == "assistant"), len(turns))
+        starts = [i for i, m in enumerate(turns) if m["role"] == "assistant"]
+        kept = starts[-window:] if window else []
+        cut = kept[0] if kept else len(turns)
+        dropped = len(starts) - len(kept)
+        note = [{"role": "user", "content": f"[{dropped} earlier agent turns omitted]"}] if dropped else []
+        turns = turns[:first] + note + turns[cut:]
+        marks = {first - 1}
+    elif context == "full":
+        marks = {len(turns) - 1}
+        if previous is not None and 0 < previous <= len(turns):
+            marks.add(previous - 1)
+    else:
+        raise ValueError(f"context must be 'full' or 'window', not {context!r}")
+    if cache and spec.cache_control:
+        turns = [_mark(m) if i in marks else m for i, m in enumerate(turns)]
+    return [*turns, {"role": "user", "content": question(spec)}]
+
+
+def _mark(message: dict) -> dict:
+    part = {"type": "text", "text": message["content"], "cache_control": {"type": "ephemeral"}}
+    return {**message, "content": [part]}
+
+
+def text_of(message: dict) -> str:
+    content = message.get("content") or ""
+    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+
+
+def request_body(spec: TeacherSpec, messages: list[dict], *, session: str | None = None) -> dict:
+    """The chat completion body (OpenRouter's dialect). OpenRouter's response caching stays off: it is opt-in
+    (a header or a preset), and on it would hand k samples the same answer."""
+    body = {"model": spec.model, "messages": messages, "max_tokens": spec.max_tokens,
+            "usage": {"include": True}}  # OpenRouter: put usage.cost in the response
+    if spec.temperature is not None:
+        body["temperature"] = spec.temperature
+    if spec.mode == "logprobs":
+        body["logprobs"] = True
+    if spec.mode == "topk" and spec.structured_output:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "next_actions", "strict": True, "schema": TOPK_SCHEMA}}
+    if spec.provider:
+        # Without require_parameters an endpoint lacking logprobs would answer without them, silently.
+        body["provider"] = {"order": spec.provider, "allow_fallbacks": False,
+                            **({"require_parameters": True} if spec.mode == "logprobs" else {})}
+    if spec.reasoning_effort:
+        body["reasoning"] = {"effort": spec.reasoning_effort}
+    if session:
+        body["session_id"] = session  # groups one trace's calls (sticky routing when no provider is pinned)
+    return body
+
+
+def request_key(spec: TeacherSpec, body: dict, sample: int) -> str:
+    """The resumable cache's key: teacher, model, canonical body (sorted keys, compact) and sample index."""
+    canonical = json.dumps({"teacher": spec.name, "model": spec.model, "body": body, "sample": sample},
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Canonical actions and parsing the answers
+
+HEREDOC = re.compile(r"(?<!<)<<(?!<)(?P<dash>-?)\s*(?P<quote>['\"]?)(?P<delim>[A-Za-z_][A-Za-z0-9_]*)(?P=quote)")
+SHELL_OPERATORS = "();<>|&"
+FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.DOTALL)
+BASH_BLOCK = re.compile(r"```(?:bash|sh)\s*\n(.*?)```", re.DOTALL)
+
+
+class ParseError(ValueError):
+    """A teacher's answer that holds no usable distribution; str() says why."""
+
+
+def canonical_command(command: str) -> str:
+    """One spelling per bash command, so that answers of different teachers (and the student's action) compare.
+
+    The shell text is split into words and operators with shlex (POSIX rules, operators `();<>|&` split off
+    even without spaces) and re-joined with single spaces, each word re-quoted by shlex.quote: whitespace, quote
+    style and escaping no longer matter (`grep -n "a b"  f|head` == `grep -n 'a b' f | head`). A newline between
+    commands becomes `;`, after an operator it is a continuation; backslash-newline is dropped. Heredoc bodies
+    are data (often code, where indentation matters) and are kept verbatim. Text shlex cannot split (an open
+    quote) only has its whitespace runs collapsed.
+
+    The result is an equivalence key, not a command to run: quoting is normalized without regard to expansion,
+    so `echo $HOME` and `echo '$HOME'` share a key, as do `echo |` and `echo '|'`; agents rarely differ only so.
+    """
+    lines = command.strip().split("\n")
+    parts, segment, i = [], [], 0
+    while i < len(lines):
+        segment.append(lines[i])
+        match = HEREDOC.search(lines[i])
+        i += 1
+        if match:
+            parts.append(_canonical_shell("\n".join(segment)))
+            segment = []
+            delim, tabs = match["delim"], bool(match["dash"])
+            while i < len(lines):
+                parts.append(lines[i])
+                i += 1
+                if (parts[-1].lstrip("\t") if tabs else parts[-1]) == delim:
+                    break
+    if segment:
+        parts.append(_canonical_shell("\n".join(segment)))
+    return "\n".join(parts).strip()
+
+
+def _canonical_shell(text: str) -> str:
+    lexer = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=SHELL_OPERATORS + "\n")
+    lexer.whitespace = " \t\r"  # a newline separates commands: an operator here, not whitespace
+    lexer.whitespace_split = True
+    lexer.commenters = ""  # '#' stays a character: `a#b` is a word, and comments are part of what the agent ran
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return " ".join(text.split())
+    out = []
+    for token in tokens:
+        if token and all(c in SHELL_OPERATORS + "\n" for c in token):
+            operator = token.replace("\n", "") or ";"
+            if operator == ";" and (not out or out[-1] in (";", "&&", "||", "|", "&")):
+                continue  # a blank line, or a newline continuing an operator
+            if out and out[-1].isdigit() and operator[0] in "<>" and re.search(rf"(?<![\w.$]){out[-1]}[<>]", text):
+                out[-1] += operator  # a file descriptor (2>/dev/null): `2 >` would redirect stdout
+            else:
+                out.append(operator)
+        else:
+            out.append(shlex.quote(token))
+    while out and out[-1] == ";":
+        out.pop()
+    return " ".join(out)
+
+
+def canonical_tool_call(name: str, arguments: dict) -> str:
+    """A bash tool call is its canonical command; any other tool is name(sorted compact JSON arguments)."""
+    if name == "bash" and list(arguments) == ["command"] and isinstance(arguments["command"], str):
+        return canonical_command(arguments["command"])
+    return f"{name}({json.dumps(arguments, sort_keys=True, separators=(',', ':'), ensure_ascii=False)})"
+
+
+def canonical_action(action) -> str | None:
+    """A trace Action's canonical form; None when it made no tool call (a format error the scaffold rejected)."""
+    if action.tool_call is None:
+        return None
+    return canonical_tool_call(action.tool_call.name, action.tool_call.arguments)
+
+
+def parse_topk(text: str, k: int) -> dict[str, float]:
+    """A verbalized top-k answer -> {canonical command: probability}, renormalized to sum to 1.
+
+    Accepted: the JSON object alone, or inside a ``` fence, or with prose around it (the outermost braces are
+    read). Candidates beyond k keep the k most probable; duplicates after canonicalization add up.
+    """
+    fenced = FENCE.search(text)
+    body = fenced.group(1) if fenced else text
+    start, end = body.find("{"), body.rfind("}")
+    if start < 0 or end < start:
+        raise ParseError("no JSON object in the answer")
+    try:
+        answer = json.loads(body[start:end + 1])
+    except ValueError as e:
+        raise ParseError(f"invalid JSON: {e}") from None
+    candidates = answer.get("candidates") if isinstance(answer, dict) else None
+    if not isinstance(candidates, list) or not candidates:
+        raise ParseError("no non-empty \"candidates\" list")
+    pairs = []
+    for i, c in enumerate(candidates):
+        command, p = (c.get("command"), c.get("probability")) if isinstance(c, dict) else (None, None)
+        if not isinstance(command, str) or not command.strip():
+            raise ParseError(f"candidate {i}: \"command\" is not a non-empty string")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
+            raise ParseError(f"candidate {i}: \"probability\" is not a finite number >= 0 (got {p!r})")
+        pairs.append((canonical_command(command), float(p)))
+    pairs = sorted(pairs, key=lambda pair: -pair[1])[:k]
+    total = sum(p for _, p in pairs)
+    if total <= 0:
+        raise ParseError("the probabilities add up to 0")
+    distribution = {}
+    for action, p in pairs:
+        distribution[action] = distribution.get(action, 0.0) + p / total
+    return distribution
+
+
+def parse_command(text: str) -> str:
+    """The canonical command of an answer holding exactly one ```bash block (the agent's own format rule)."""
+    blocks = BASH_BLOCK.findall(text)
+    if len(blocks) != 1:
+        raise ParseError(f"expected exactly one ```bash block, found {len(blocks)}")
+    command = canonical_command(blocks[0])
+    if not command:
+        raise ParseError("the bash block is empty")
+    return command
+
+
+def distribution_of(spec: TeacherSpec, text: str, logprobs: list | None) -> dict[str, float]:
+    """The distribution one answer gives: topk's renormalized candidates, a sample's single action, or a
+    logprobs sample's action with its sequence probability and OTHER holding the rest."""
+    if spec.mode == "topk":
+        return parse_topk(text, spec.k)
+    action = parse_command(text)
+    if spec.mode == "samples":
+        return {action: 1.0}
+    if not logprobs:
+        raise ParseError("no token logprobs in the response")
+    p = math.exp(sum(token["logprob"] for token in logprobs))
+    return {action: p, OTHER: 1.0 - p}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Prices
+
+
+def openrouter_prices(model: str, when: datetime | None = None) -> Prices:
+    """$ per million tokens for `model` on OpenRouter in genai-prices' bundled table, in effect at `when` (now).
+
+    Read back from genai-prices itself (pricing a million tokens of each kind), so dated price changes apply
+    exactly as calc_price applies them. LookupError if the table does not know the model."""
+    def price(**usage) -> float:
+        result = calc_price(Usage(**usage), model, provider_id="openrouter", genai_request_timestamp=when)
+        return float(result.total_price)
+
+    m = 1_000_000
+    return Prices(input=price(input_tokens=m), output=price(output_tokens=m),
+                  cache_read=price(input_tokens=m, cache_read_tokens=m),
+                  cache_write=price(input_tokens=m, cache_write_tokens=m))
+
+
+def computed_cost(model: str, prompt: int, cached: int, written: int, completion: int) -> float:
+    """Dollars for one call from its token counts (genai-prices, OpenRouter table, now). Reasoning tokens are
+    part of completion tokens, as OpenAI and OpenRouter count them."""
+    usage = Usage(input_tokens=prompt, cache_read_tokens=cached, cache_write_tokens=written, output_tokens=completion)
+    return float(calc_price(usage, model, provider_id="openrouter").total_price)
+
+
+def price_provenance(models: list[str], today: date | None = None) -> dict:
+    """Where the prices come from: the genai-prices version, and per model the date its current OpenRouter
+    price took effect in that table (None: no dated change recorded, the model's first listed price)."""
+    today = today or datetime.now(UTC).date()
+    since = {}
+    for model in models:
+        _, info = get_snapshot().find_provider_model(model, None, "openrouter", None)
+        dated = info.prices if isinstance(info.prices, list) else []  # a list: prices with date constraints
+        dates = [d for p in dated if (d := getattr(p.constraint, "start_date", None)) is not None and d <= today]
+        since[model] = max(dates).isoformat() if dates else None
+    return {"source": f"genai-prices {metadata.version('genai-prices')} (bundled table, provider openrouter)",
+            "as_of": today.isoformat(), "price_since": since}
+
+
+def guard_prices(spec: TeacherSpec) -> Prices:
+    """Per-kind maximum of the OpenRouter price and the simulated profile's price (the offline server bills
+    the latter): whichever endpoint answers, the worst case is not under-estimated."""
+    candidates = []
+    with contextlib.suppress(LookupError):
+        candidates.append(openrouter_prices(spec.model))
+    profile = load_profiles().get(spec.model)
+    if profile is not None:
+        candidates.append(profile.prices)
+    if not candidates:
+        raise LookupError(f"no price known for {spec.model!r} (genai-prices or providers.yaml): the budget "
+                          "guard cannot bound its cost")
+
+    def top(kind):
+        return max((getattr(p, kind) if getattr(p, kind) is not None else p.input) for p in candidates)
+
+    return Prices(input=top("input"), output=top("output"), cache_read=top("cache_read"),
+                  cache_write=top("cache_write"))
+
+
+def worst_case_usd(prices: Prices, messages: list[dict], max_tokens: int) -> float:
+    """An upper bound on one attempt's cost. Byte-level BPE tokens each cover at least one byte, so a prompt
+    has at most its UTF-8 bytes plus a few template tokens per message (32 is generous); every prompt token is
+    priced at the dearest input kind (a cache write costs more than a miss), the output at max_tokens."""
+    tokens = sum(len(text_of(m).encode()) + 32 for m in messages) + 64
+    dearest = max(prices.input, prices.cache_write or 0.0, prices.cache_read or 0.0)
+    return (tokens * dearest + max_tokens * prices.output) / 1e6
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The store: resumable cache, attempt ledger, budget guard
+
+
+class BudgetExceeded(openai.OpenAIError):
+    """The next attempt could pass the cap. An OpenAIError, so the SDK passes it through without retrying."""
+
+
+class Store:
+    """One sqlite file per run directory: `answers` (the resumable cache) and `ledger` (one row per attempt).
+
+    `committed` is the ledger's sum: settled costs plus the worst case of every attempt in flight or never
+    accounted for. It starts from the file, so a resumed run keeps counting against the same cap. Committed
+    rows survive a killed process (WAL; synchronous=NORMAL loses nothing short of a power cut).
+    """
+
+    def __init__(self, path, cap_usd: float):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.cap = cap_usd
+        self.run = uuid.uuid4().hex[:12]
+        self.db = sqlite3.connect(self.path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, teacher TEXT, model TEXT, "
+                        "sample INTEGER, answer TEXT, created REAL)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY, run TEXT, key TEXT, "
+                        "attempt INTEGER, status TEXT, usd REAL, worst REAL, at REAL)")
+        # A row still "sent" was in flight when an earlier run died: it may have been billed, so it keeps its worst.
+        self.db.execute("UPDATE ledger SET status = 'abandoned' WHERE status = 'sent'")
+        self.committed = self.db.execute("SELECT COALESCE(SUM(usd), 0) FROM ledger").fetchone()[0]
+
+    def answer(self, key: str) -> dict | None:
+        row = self.db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def save(self, key: str, teacher: str, model: str, sample: int, answer: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                        (key, teacher, model, sample, json.dumps(answer), time.time()))
+
+    def reserve(self, key: str, attempt: int, worst: float) -> int:
+        """Commit an attempt at its worst case before it is sent, or raise BudgetExceeded."""
+        if self.committed + worst > self.cap + 1e-12:
+            raise BudgetExceeded(f"budget cap ${self.cap:.2f} reached: ${self.committed:.4f} committed, "
+                                 f"the next attempt could cost up to ${worst:.4f}")
+        self.committed += worst
+        return self.db.execute("INSERT INTO ledger (run, key, attempt, status, usd, worst, at) VALUES "
+                               "(?, ?, ?, 'sent', ?, ?, ?)", (self.run, key, attempt, worst, worst, time.time())
+                               ).lastrowid
+
+    def settle(self, row: int, usd: float, status: str) -> None:
+        (old,) = self.db.execute("SELECT usd FROM ledger WHERE id = ?", (row,)).fetchone()
+        self.committed += usd - old
+        self.db.execute("UPDATE ledger SET usd = ?, status = ? WHERE id = ?", (usd, status, row))
+
+    def totals(self) -> dict:
+        """Dollars and attempts by ledger status, for this run and for the whole file (every run so far)."""
+        run = self.db.execute("SELECT status, SUM(usd), COUNT(*) FROM ledger WHERE run = ? GROUP BY status",
+                              (self.run,)).fetchall()
+        file = self.db.execute("SELECT status, SUM(usd), COUNT(*) FROM ledger GROUP BY status").fetchall()
+        return {"committed_usd": self.committed, "cap_usd": self.cap,
+                "run": {status: {"usd": usd, "attempts": n} for status, usd, n in run},
+                "file": {status: {"usd": usd, "attempts": n} for status, usd, n in file}}
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The client
+
+
+class TeacherQuery(BaseModel):
+    """One call to one teacher at one step: one JSON object per line of teacher_queries.jsonl."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    trace_id: str
+    step: int
+    teacher: str
+    model: str
+    """The slug asked for."""
+    model_used: str | None
+    """The model the response names (OpenRouter may name a dated snapshot)."""
+    provider: str | None
+    """The provider that served it, as the response says ("composer-simulated/..." offline)."""
+    mode: str
+    sample: int
+    context: str
+    """"full" or "window:K"."""
+    cache: bool
+    """Whether the prompt was laid out for provider caching (breakpoints, session)."""
+    student_action: str | None
+    """The trace's own action at this step, canonical."""
+    distribution: dict[str, float] | None
+    raw_text: str | None
+    parse_error: str | None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cost_usd: float | None = None
+    """What this answer cost (once, whenever it was first paid)."""
+    cost_source: Literal["usage.cost", "genai-prices"] | None = None
+    unsettled_usd: float = 0.0
+    """Worst-case dollars of this call's attempts that no accounting settled (abandoned, unreadable)."""
+    latency_s: float | None = None
+    """Wall-clock of the call, SDK retries and their waits included (from the first run for a cached answer)."""
+    attempts: int = 0
+    error_kind: str | None = None
+    error: str | None = None
+    cached: bool = False
+    """Answered from the store: nothing was sent (or paid) in this run."""
+    simulated: bool = False
+    """The answer came from the local stand-in server (header x-composer-simulated)."""
+    request_key: str
+
+
+class _Call:
+    """The attempts of one logical call, as the httpx hooks see them (found through a context variable)."""
+
+    def __init__(self, key: str, worst: float):
+        self.key, self.worst = key, worst
+        self.open: list[int] = []  # ledger rows still at their worst case
+        self.attempts = 0
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("composer_teacher_call", default=None)
+
+
+class RateLimiter:
+    """At most `rate` starts per second, evenly spaced, shared by every task that awaits it."""
+
+    def __init__(self, rate: float | None):
+        self.interval = 1.0 / rate if rate else 0.0
+        self.next = 0.0
+
+    async def wait(self) -> None:
+        if not self.interval:
+            return
+        now = time.monotonic()
+        at = max(now, self.next)
+        self.next = at + self.interval
+        if at > now:
+            await asyncio.sleep(at - now)
+
+
+def api_key(spec: TeacherSpec) -> str:
+    key = os.environ.get(spec.api_key_env)
+    if key:
+        return key
+    if urlsplit(spec.base_url).hostname in LOOPBACK:
+        return PLACEHOLDER_KEY
+    raise RuntimeError(f"teacher {spec.name!r}: set {spec.api_key_env} in the environment (the key for "
+                       f"{spec.base_url}); params only ever name the variable")
+
+
+class Teacher:
+    """One spec's AsyncOpenAI client, with the store's cache, ledger and budget guard around every attempt."""
+
+    def __init__(self, spec: TeacherSpec, store: Store, *, slots: asyncio.Semaphore | None = None):
+        self.spec, self.store = spec, store
+        self.slots = slots or asyncio.Semaphore(64)
+        self.limiter = RateLimiter(spec.max_rps)
+        self.prices = guard_prices(spec)
+        self._key = api_key(spec)  # kept only here and in the client: redacted from anything recorded
+        hooks = {"request": [self._on_request], "response": [self._on_response]}
+        self.client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=self._key, max_retries=spec.max_retries,
+                                         timeout=spec.timeout_s,
+                                         http_client=openai.DefaultAsyncHttpxClient(event_hooks=hooks))
+
+    async def _on_request(self, request) -> None:
+        call = _CALL.get()
+        if call is None:
+            return
+        call.open.append(self.store.reserve(call.key, call.attempts, call.worst))  # raises BudgetExceeded
+        call.attempts += 1
+
+    async def _on_response(self, response) -> None:
+        call = _CALL.get()
+        if call is not None and response.status_code != 200:
+            # An error response generated nothing, and providers bill none (a 200's row waits for its usage).
+            self.store.settle(call.open.pop(), 0.0, f"http {response.status_code}")
+
+    def _redact(self, text: str | None) -> str | None:
+        return text.replace(self._key, "[redacted]") if text and self._key else text
+
+    async def ask(self, messages: list[dict], *, trace_id: str, step: int, sample: int = 0,
+                  student_action: str | None = None, context: str = "full", cache: bool = True,
+                  session: str | None = None) -> TeacherQuery:
+        """One call (or its stored answer) -> a TeacherQuery. Never raises for what the endpoint does: errors,
+        timeouts, a refused budget and unparseable answers all come back as records saying so."""
+        spec = self.spec
+        body = request_body(spec, messages, session=session)
+        key = request_key(spec, body, sample)
+        base = dict(trace_id=trace_id, step=step, teacher=spec.name, model=spec.model, mode=spec.mode,
+                    sample=sample, context=context, cache=cache, student_action=student_action, request_key=key)
+        stored = self.store.answer(key)
+        if stored is not None:
+            return TeacherQuery(**base, **stored, cached=True)
+        await self.limiter.wait()
+        async with self.slots:
+            call = _Call(key, worst_case_usd(self.prices, messages, spec.max_tokens))
+            token = _CALL.set(call)
+            start = time.perf_counter()
+            data, headers, failure = None, {}, None
+            try:
+                # The client's own request path (retries, timeouts, error types) with the body as built: the typed
+                # chat.completions.create would re-walk every message through its TypedDicts, which on long
+                # histories costs more CPU than everything else here together.
+                response = await self.client.post("/chat/completions", body=body, cast_to=httpx.Response)
+                headers = response.headers
+                data = response.json()
+            except Exception as e:  # classified below; anything else is a bug and re-raised
+                failure = e
+            finally:
+                _CALL.reset(token)
+            latency = time.perf_counter() - start
+        record = self._record(base, call, data, headers, failure, latency)
+        if record.error_kind is None:
+            self.store.save(key, spec.name, spec.model, sample, record.model_dump(
+                exclude=set(base) | {"cached"}))
+        return record
+
+    def _record(self, base: dict, call: _Call, data, headers, failure, latency: float) -> TeacherQuery:
+        spec = self.spec
+        simulated = headers.get("x-composer-simulated") == "true"
+        kind = message = None
+        if failure is not None:
+            kind, message = _classify(failure)
+        elif not isinstance(data, dict) or "error" in data or not data.get("choices"):
+            # OpenRouter can answer 200 with an error object when the provider fails after routing.
+            kind, message = "provider_error", json.dumps(data)[:500]
+        if kind is not None:
+            unsettled = 0.0
+            if kind == "malformed" and call.open:  # a 200 whose body we could not read: maybe billed
+                self.store.settle(call.open.pop(), call.worst, "unsettled")
+                unsettled = call.worst
+            unsettled += self._abandon(call)
+            return TeacherQuery(**base, model_used=None, provider=None, distribution=None, raw_text=None,
+                                parse_error=None, unsettled_usd=unsettled, latency_s=latency,
+                                attempts=call.attempts, error_kind=kind, error=self._redact(message),
+                                simulated=simulated)
+        usage = data.get("usage") or {}
+        prompt = usage.get("prompt_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        written = (usage.get("prompt_tokens_details") or {}).get("cache_write_tokens") or 0
+        completion = usage.get("completion_tokens")
+        reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        cost, source = usage.get("cost"), "usage.cost"
+        if not isinstance(cost, (int, float)) or isinstance(cost, bool):
+            cost, source = None, None
+            with contextlib.suppress(Exception):  # an unknown model or missing counts: stays unsettled
+                cost = computed_cost(data.get("model") or spec.model, prompt, cached, written, completion)
+                source = "genai-prices"
+        if cost is not None:
+            self.store.settle(call.open.pop(), float(cost), "settled")
+            unsettled = 0.0
+        else:  # no usage.cost and no table price: the answer stays at its worst case
+            self.store.settle(call.open.pop(), call.worst, "unsettled")
+            unsettled = call.worst
+        unsettled += self._abandon(call)
+        choice = data["choices"][0]
+        text = (choice.get("message") or {}).get("content") or ""
+        logprobs = (choice.get("logprobs") or {}).get("content")
+        distribution = parse_error = None
+        try:
+            distribution = distribution_of(spec, text, logprobs)
+        except ParseError as e:
+            parse_error = str(e)
+        return TeacherQuery(
+            **base, model_used=data.get("model"), provider=data.get("provider"), distribution=distribution,
+            raw_text=self._redact(text), parse_error=parse_error, prompt_tokens=prompt, cached_tokens=cached,
+            cache_write_tokens=written, completion_tokens=completion, reasoning_tokens=reasoning,
+            cost_usd=None if cost is None else float(cost), cost_source=source, unsettled_usd=unsettled,
+            latency_s=latency, attempts=call.attempts, simulated=simulated)
+
+    def _abandon(self, call: _Call) -> float:
+        """Attempts left open got no answer we could read (timeouts, dropped connections): the provider may
+        have billed them, so they stay at their worst case."""
+        for row in call.open:
+            self.store.settle(row, call.worst, "abandoned")
+        unsettled = call.worst * len(call.open)
+        call.open.clear()
+        return unsettled
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def _classify(e: Exception) -> tuple[str, str]:
+    if isinstance(e, BudgetExceeded):
+        return "budget", str(e)
+    if isinstance(e, openai.APIStatusError):
+        kinds = {402: "payment_required", 429: "rate_limit", 400: "bad_request", 401: "auth", 403: "auth",
+                 404: "not_found", 408: "timeout"}
+        kind = kinds.get(e.status_code, "server_error" if e.status_code >= 500 else f"http_{e.status_code}")
+        return kind, f"HTTP {e.status_code}: {e.message}"[:500]
+    if isinstance(e, openai.APITimeoutError):
+        return "timeout", "no response within the timeout, after the SDK's retries"
+    if isinstance(e, openai.APIConnectionError):
+        return "connection", f"{e.message}: {e.__cause__!r}"[:500]
+    if isinstance(e, ValueError):  # json.JSONDecodeError: a 200 whose body is not JSON
+        return "malformed", f"unreadable response body: {e}"[:500]
+    raise e
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Offline stand-ins
+
+
+@contextlib.contextmanager
+def offline_teachers(specs: list[TeacherSpec], *, time_scale: float = 1.0, seed: int = 0, profile: str | None = None):
+    """The specs pointed at a local echo server (`python -m composer serve --no-generate`, its own process, as
+    a remote provider would be) playing each model's simulated provider profile from composer/providers.yaml
+    (latency, prices -> usage.cost, prompt caching, 429/500 faults), or `profile` for every model.
+
+    What that is and is not: every request, retry, timeout, cache breakpoint, ledger row and record goes through
+    the same code as live, but no model answers. The echo backend returns the last user message (our question),
+    which holds no JSON object and no code block, so every offline answer is an honest parse failure. Latency is
+    the profile's (time_scale shrinks every simulated duration and the client timeouts alike, for smoke runs),
+    usage.cost is the profile's price of the tiny tokenizer's counts: neither is a measurement of a real teacher.
+    """
+    available = load_profiles()
+    missing = [name for name in ([profile] if profile else [s.model for s in specs]) if name not in available]
+    if missing:
+        raise ValueError(f"no simulated profile {', '.join(missing)} in composer/providers.yaml")
+    served = {}
+    for s in specs:
+        p = available[profile or s.model].model_copy(deep=True)
+        p.latency.ttft_median_s *= time_scale
+        p.latency.per_token_s *= time_scale
+        p.errors.retry_after_s *= time_scale
+        p.errors.stall_s *= time_scale
+        served[s.model] = p.model_dump()
+    tokenizer = echo_tokenizer_dir()
+    with tempfile.TemporaryDirectory() as tmp:
+        profiles_file = Path(tmp) / "providers.yaml"
+        profiles_file.write_text(yaml.safe_dump(served))
+        command = [sys.executable, "-m", "composer", "serve", "--no-generate", "--seed", str(seed),
+                   "--profiles", str(profiles_file)]
+        for s in specs:
+            command += ["--model", f"{s.model}={tokenizer}"]  # a model named like a profile in the file gets it
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()  # "serving NAMES at URL"
+            if not line:
+                raise RuntimeError(f"the local teacher server exited with status {proc.wait()} (see its stderr)")
+            base_url = line.split()[-1]
+            yield [s.model_copy(update={"base_url": base_url, "timeout_s": s.timeout_s * time_scale}) for s in specs]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def echo_tokenizer_dir() -> Path:
+    """The tiny tokenizer with a context of ECHO_CONTEXT tokens (the echo server refuses longer prompts than the
+    tokenizer's model_max_length, 4096, and real traces run to tens of thousands)."""
+    source = tokenizer_dir()
+    target = source.with_name(f"{source.name}-ctx{ECHO_CONTEXT}")
+    if target.exists():
+        return target
+    tmp = Path(tempfile.mkdtemp(dir=source.parent, prefix=".tmp-"))
+    shutil.copytree(source, tmp, dirs_exist_ok=True)
+    config = json.loads((tmp / "tokenizer_config.json").read_text())
+    config["model_max_length"] = ECHO_CONTEXT
+    (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    try:
+        tmp.rename(target)  # atomic; if another process published it first, theirs wins
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,302 @@
+"""composer.teachers: canonical actions, answer parsing, prices and costs, the budget guard, the store.
+
+    .venv/bin/pytest tests/test_teachers.py
+
+Calls go to the local echo server (composer.serve) in this process, with simulated provider profiles written
+for each test: it answers with the last user message, so a test controls the answer by the prompt it sends.
+"""
+
+import asyncio
+import math
+
+import pytest
+from genai_prices import Usage, calc_price
+
+from composer import teachers
+from composer.serve import cost, serve
+from composer.teachers import (
+    OTHER,
+    BudgetExceeded,
+    ParseError,
+    Store,
+    Teacher,
+    TeacherSpec,
+    canonical_command,
+    canonical_tool_call,
+    parse_command,
+    parse_topk,
+)
+from composer.traces import Action, ToolCall
+
+GPT5_PRICES = {"input": 1.25, "output": 10.0, "cache_read": 0.125}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return teachers.echo_tokenizer_dir()
+
+
+def spec(base_url, **overrides) -> TeacherSpec:
+    return TeacherSpec(**{"name": "t", "model": "openai/gpt-5", "base_url": base_url, "api_key_env": "COMPOSER_TEST_KEY",
+                          "max_retries": 1, "timeout_s": 10.0, **overrides})
+
+
+def ask(teacher, text, **kwargs):
+    """One call whose echoed answer is `text` (the echo backend returns the last user message)."""
+    return teacher.ask([{"role": "system", "content": "s"}, {"role": "user", "content": text}], trace_id="tr", step=0,
+                       **kwargs)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Canonical actions
+
+
+@pytest.mark.parametrize("a, b", [
+    ('grep -n  "def f"  x.py|head', "grep -n 'def f' x.py | head"),
+    ("cd /repo && python -c \"print('x')\"", "cd /repo   &&   python -c 'print('\"'\"'x'\"'\"')'"),
+    ("cd a\nls", "cd a; ls"),
+    ("cd a;\n\n  ls\n", "cd a ; ls"),
+    ("cat f |\n  head", "cat f | head"),
+    ("ls \\\n  -la", "ls -la"),
+    ("python t.py 2>&1|tail -5", "python t.py 2>& 1 | tail -5"),
+    ("cat <<'EOF' > f.py\ndef f():\n    return 1\nEOF\npython  f.py",
+     "cat  <<  'EOF'  >  f.py\ndef f():\n    return 1\nEOF\npython f.py"),
+])
+def test_canonical_command_merges_spellings_of_one_command(a, b):
+    assert canonical_command(a) == canonical_command(b)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("grep 'a b' f", "grep a b f"),  # one argument vs two
+    ("ls 2>/dev/null", "ls 2 >/dev/null"),  # stderr vs an argument "2" and stdout
+    # heredoc bodies are data: indentation counts
+    ("cat <<EOF > f.py\ndef f():\n    return 1\nEOF", "cat <<EOF > f.py\ndef f():\n  return 1\nEOF"),
+    ("sed 's#a#b#' f", "sed 's' f"),  # '#' is not a comment inside a word
+    ("ls a; ls b", "ls a && ls b"),
+])
+def test_canonical_command_keeps_different_commands_apart(a, b):
+    assert canonical_command(a) != canonical_command(b)
+
+
+def test_canonical_command_exact_forms():
+    assert canonical_command('grep -n  "def f"  x.py|head') == "grep -n 'def f' x.py | head"
+    assert canonical_command("find . -name '*.py' 2>/dev/null") == "find . -name '*.py' 2> /dev/null"
+    assert canonical_command('echo "unclosed  quote') == 'echo "unclosed quote'  # shlex gives up: whitespace only
+    assert canonical_command("  \n ") == ""
+
+
+def test_canonical_actions_of_tool_calls_and_trace_actions():
+    assert canonical_tool_call("bash", {"command": "ls  -la"}) == "ls -la"
+    assert canonical_tool_call("edit", {"path": "a.py", "line": 3}) == 'edit({"line":3,"path":"a.py"})'
+    bash = Action(text="x", tool_call=ToolCall(name="bash", arguments={"command": "python  t.py"}))
+    assert teachers.canonical_action(bash) == "python t.py"
+    assert teachers.canonical_action(Action(text="no tool call")) is None
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Parsing answers
+
+
+def test_parse_topk_renormalizes_over_canonical_actions():
+    text = ('Here you go:\n```json\n{"candidates": [{"command": "ls  -la", "probability": 0.5}, '
+            '{"command": "ls -la", "probability": 0.3}, {"command": "pwd", "probability": 0.4}]}\n```')
+    assert parse_topk(text, 5) == pytest.approx({"ls -la": 0.8 / 1.2, "pwd": 0.4 / 1.2})
+    assert parse_topk('{"candidates": [{"command": "a", "probability": 60}, {"command": "b", "probability": 40}]}',
+                      5) == pytest.approx({"a": 0.6, "b": 0.4})  # percentages: renormalized alike
+    # more than k: the k most probable
+    assert parse_topk('{"candidates": [{"command": "a", "probability": 0.1}, {"command": "b", "probability": 0.6},'
+                      ' {"command": "c", "probability": 0.3}]}', 2) == pytest.approx({"b": 2 / 3, "c": 1 / 3})
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("I would run the tests next.", "no JSON object"),
+    ('{"candidates": [{"command": "ls", "probability": 0.5}', "invalid JSON"),  # cut off mid-answer
+    ('{"candidates": [{"command": "ls", "probability": 0.5},]}', "invalid JSON"),
+    ('{"actions": []}', "candidates"),
+    ('{"candidates": []}', "candidates"),
+    ('{"candidates": [{"command": "", "probability": 1}]}', "command"),
+    ('{"candidates": [{"command": "ls", "probability": "high"}]}', "probability"),
+    ('{"candidates": [{"command": "ls", "probability": -0.5}]}', "probability"),
+    ('{"candidates": [{"command": "ls", "probability": 0}]}', "add up to 0"),
+    ('{"candidates": ["ls"]}', "command"),
+])
+def test_parse_topk_failures_say_why(text, reason):
+    with pytest.raises(ParseError, match=reason):
+        parse_topk(text, 5)
+
+
+def test_parse_command_needs_exactly_one_bash_block():
+    assert parse_command("Next:\n```bash\ngrep -rn  foo .\n```") == "grep -rn foo ."
+    with pytest.raises(ParseError, match="found 0"):
+        parse_command("grep -rn foo .")
+    with pytest.raises(ParseError, match="found 2"):
+        parse_command("```bash\nls\n```\n```bash\npwd\n```")
+
+
+@pytest.mark.parametrize("mode", ["topk", "samples", "logprobs"])
+def test_the_echoed_question_is_a_parse_failure(mode):
+    """Offline the stand-in echoes the question: it must never parse as a distribution."""
+    s = TeacherSpec(name="t", model="openai/gpt-5", mode=mode)
+    with pytest.raises(ParseError):
+        teachers.distribution_of(s, teachers.question(s), [{"logprob": -0.1}])
+
+
+def test_logprobs_distribution_is_the_sequence_probability():
+    s = TeacherSpec(name="t", model="openai/gpt-5", mode="logprobs")
+    d = teachers.distribution_of(s, "```bash\nls\n```", [{"logprob": -0.5}, {"logprob": -0.25}])
+    assert d == pytest.approx({"ls": math.exp(-0.75), OTHER: 1 - math.exp(-0.75)})
+    with pytest.raises(ParseError, match="logprobs"):
+        teachers.distribution_of(s, "```bash\nls\n```", None)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Prices and costs
+
+
+@pytest.mark.parametrize("model", ["anthropic/claude-opus-4.7", "openai/gpt-5", "deepseek/deepseek-v4-pro"])
+def test_linear_prices_match_genai_prices(model):
+    prices = teachers.openrouter_prices(model)
+    for prompt, cached, written, out in [(1000, 0, 0, 0), (12345, 8000, 2000, 777), (50000, 49000, 0, 1500)]:
+        expected = float(calc_price(Usage(input_tokens=prompt, cache_read_tokens=cached, cache_write_tokens=written,
+                                          output_tokens=out), model, provider_id="openrouter").total_price)
+        assert cost(prices, prompt, cached, written, out) == pytest.approx(expected, rel=1e-12)
+        assert teachers.computed_cost(model, prompt, cached, written, out) == pytest.approx(expected, rel=1e-12)
+
+
+def test_opus_prices_by_hand():
+    # $5 in, $25 out, reads $0.50, writes $6.25 per million: 10k prompt of which 8k read and 1k written, 300 out
+    assert teachers.computed_cost("anthropic/claude-opus-4.7", 10_000, 8_000, 1_000, 300) == pytest.approx(
+        (1_000 * 5 + 8_000 * 0.5 + 1_000 * 6.25 + 300 * 25) / 1e6)
+
+
+def test_guard_prices_take_the_dearer_of_table_and_simulation():
+    p = teachers.guard_prices(TeacherSpec(name="d", model="deepseek/deepseek-v4-pro"))
+    table = teachers.openrouter_prices("deepseek/deepseek-v4-pro")
+    assert p.input == max(table.input, 1.74) and p.output == max(table.output, 3.48)
+    with pytest.raises(LookupError, match="budget"):
+        teachers.guard_prices(TeacherSpec(name="x", model="nobody/no-model"))
+
+
+def test_cost_from_usage_cost_and_from_genai_prices(tokenizer, monkeypatch, tmp_path):
+    monkeypatch.setenv("COMPOSER_TEST_KEY", "sk-local-test")
+    question = "What next?"
+    with serve(models={"openai/gpt-5": tokenizer}, profiles={"openai/gpt-5": {"prices": GPT5_PRICES}},
+               backend="echo") as server:
+        store = Store(tmp_path / "a.sqlite", cap_usd=1.0)
+        q = asyncio.run(ask(Teacher(spec(server.base_url), store), question))
+    assert q.cost_source == "usage.cost" and q.simulated
+    assert q.cost_usd == pytest.approx((q.prompt_tokens * 1.25 + q.completion_tokens * 10) / 1e6)
+    assert store.totals()["run"] == {"settled": {"usd": pytest.approx(q.cost_usd), "attempts": 1}}
+    empty = tmp_path / "none.yaml"
+    empty.write_text("{}\n")
+    with serve(models={"openai/gpt-5": tokenizer}, profiles_file=empty, backend="echo") as server:  # no usage.cost
+        store = Store(tmp_path / "b.sqlite", cap_usd=1.0)
+        q = asyncio.run(ask(Teacher(spec(server.base_url), store), question))
+    assert q.cost_source == "genai-prices" and not q.simulated
+    assert q.cost_usd == pytest.approx(teachers.computed_cost("openai/gpt-5", q.prompt_tokens, 0, 0, q.completion_tokens))
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Budget guard and store
+
+
+def test_store_reserve_settle_and_cap(tmp_path):
+    store = Store(tmp_path / "s.sqlite", cap_usd=1.0)
+    a = store.reserve("k1", 0, 0.6)
+    with pytest.raises(BudgetExceeded, match="cap"):
+        store.reserve("k2", 0, 0.5)  # 0.6 + 0.5 could pass $1
+    store.settle(a, 0.1, "settled")
+    b = store.reserve("k2", 0, 0.5)
+    assert store.committed == pytest.approx(0.6)
+    store.close()
+    reopened = Store(tmp_path / "s.sqlite", cap_usd=1.0)  # b was in flight when that run "died"
+    assert reopened.committed == pytest.approx(0.6)
+    assert reopened.totals()["file"]["abandoned"] == {"usd": pytest.approx(0.5), "attempts": 1}
+    assert b
+
+
+def test_budget_refuses_before_sending_and_resume_pays_nothing(tokenizer, monkeypatch, tmp_path):
+    monkeypatch.setenv("COMPOSER_TEST_KEY", "sk-local-test")
+    with serve(models={"openai/gpt-5": tokenizer}, profiles={"openai/gpt-5": {"prices": GPT5_PRICES}},
+               backend="echo") as server:
+        s = spec(server.base_url, max_tokens=100)
+        worst = teachers.worst_case_usd(teachers.guard_prices(s), [{"role": "system", "content": "s"},
+                                                                   {"role": "user", "content": "x" * 50}], 100)
+        store = Store(tmp_path / "r.sqlite", cap_usd=2.5 * worst)
+        teacher = Teacher(s, store)
+
+        async def three():
+            return [await ask(teacher, "x" * 50, sample=i) for i in range(3)]
+
+        first = asyncio.run(three())
+        assert [q.error_kind for q in first] == [None, None, None]  # each settles far below its worst case
+        store.cap = store.committed + 0.5 * worst  # now the next attempt's worst case does not fit
+        refused = asyncio.run(ask(teacher, "x" * 50, sample=3))
+        assert refused.error_kind == "budget" and refused.attempts == 0 and refused.cost_usd is None
+        assert store.committed <= store.cap
+        resumed = asyncio.run(three())  # the same three calls: answered from the store
+    assert all(q.cached for q in resumed)
+    assert [q.raw_text for q in resumed] == [q.raw_text for q in first]
+    assert [q.cost_usd for q in resumed] == [q.cost_usd for q in first]
+    assert [q.latency_s for q in resumed] == [q.latency_s for q in first]
+    assert store.totals()["file"]["settled"]["attempts"] == 3  # each answer paid once
+
+
+def test_worst_case_bounds_the_simulated_bill(tokenizer, monkeypatch, tmp_path):
+    """The guard's bound holds against the tiny tokenizer's counts (byte-level BPE: a token covers >= 1 byte)."""
+    monkeypatch.setenv("COMPOSER_TEST_KEY", "sk-local-test")
+    text = "é✓ 字 " * 300 + "\x00\x01 ```bash``` {}" * 20
+    with serve(models={"openai/gpt-5": tokenizer}, profiles={"openai/gpt-5": {"prices": GPT5_PRICES}},
+               backend="echo") as server:
+        s = spec(server.base_url, max_tokens=4000)
+        store = Store(tmp_path / "w.sqlite", cap_usd=10.0)
+        q = asyncio.run(ask(Teacher(s, store), text))
+    worst = teachers.worst_case_usd(teachers.guard_prices(s), [{"role": "system", "content": "s"},
+                                                               {"role": "user", "content": text}], 4000)
+    assert 0 < q.cost_usd <= worst
+
+
+def test_missing_key_is_refused_for_remote_endpoints(monkeypatch, tmp_path):
+    monkeypatch.delenv("COMPOSER_TEST_KEY", raising=False)
+    with pytest.raises(RuntimeError, match="COMPOSER_TEST_KEY"):
+        Teacher(spec("https://openrouter.ai/api/v1"), Store(tmp_path / "k.sqlite", cap_usd=1.0))
+    assert teachers.api_key(spec("http://127.0.0.1:9/v1")) == teachers.PLACEHOLDER_KEY
+
+
+def test_request_body_pins_the_provider_and_marks_cache_breakpoints():
+    s = TeacherSpec(name="o", model="anthropic/claude-opus-4.7", provider=["anthropic"], cache_control=True,
+                    mode="logprobs", reasoning_effort="low")
+    state = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+             {"role": "assistant", "content": "look", "tool_calls": [
+                 {"id": "c", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
+             {"role": "tool", "content": "a.py", "tool_call_id": "c"},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"id": "d", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat a.py"}'}}]},
+             {"role": "tool", "content": "print(1)", "tool_call_id": "d"}]
+    messages = teachers.teacher_messages(state, s, previous=4)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user", "user"]
+    assert messages[0]["content"].endswith("# The agent's system prompt\n\nsys")
+    assert teachers.text_of(messages[2]) == "look\n\n```bash\nls\n```"
+    marked = [i for i, m in enumerate(messages) if isinstance(m["content"], list)]
+    assert marked == [3, 5]  # the previous step's history end (read now) and this step's (written now)
+    body = teachers.request_body(s, messages, session="sess")
+    assert body["provider"] == {"order": ["anthropic"], "allow_fallbacks": False, "require_parameters": True}
+    assert body["logprobs"] is True and body["reasoning"] == {"effort": "low"} and body["session_id"] == "sess"
+    window = teachers.teacher_messages(state, s, context="window", window=1)
+    assert teachers.text_of(window[2]) == "[1 earlier agent turns omitted]"
+    assert isinstance(window[1]["content"], list)  # the task: the one prefix a sliding window keeps
+    assert teachers.request_key(s, body, 0) != teachers.request_key(s, body, 1)
+
+
+def test_the_notebook_defaults_are_the_default_teachers():
+    import ast
+
+    import nbformat
+
+    from composer.paths import NOTEBOOKS
+
+    nb = nbformat.read(NOTEBOOKS / "001-teacher-replay-cost.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    values = {s.targets[0].id: ast.literal_eval(s.value) for s in ast.parse(cell.source).body}
+    assert values["teachers"] == teachers.DEFAULT_TEACHERS
+    assert all(TeacherSpec(**d).api_key_env == "OPENROUTER_API_KEY" for d in values["teachers"])
