@@ -1,0 +1,398 @@
+"""The model zoo: a tiny Qwen3 student and three teachers, trained by SFT on scripted-expert demonstrations.
+
+    python -m composer.zoo                      # report profile: build (or load) all four, evaluate, print the table
+    python -m composer.zoo --profile smoke      # seconds; what the tests use
+
+    from composer import zoo
+    paths = zoo.zoo("report")                   # {"student": Path, "teacher-large": Path, ...}
+    rows = zoo.report("report")                 # the table as dicts (pass@1 on the test split, Wilson CI)
+
+Offline stand-ins for the project's real models: the student base plays Qwen3-8B (the policy RL
+starts from), the teachers play the frontier models that trace replay queries. All are
+Qwen3ForCausalLM built by composer.models.tiny_model and then trained on demonstrations from
+composer.policies.demonstrate, rendered exactly as the rollout loop renders a conversation (Qwen3
+template, tool schemas in the system turn), with the loss on assistant tokens only.
+
+Everything is cached under composer.models.cache_root() / "zoo", named by a hash of what went into
+it (profile, specs, data, code and library versions) and published by atomic rename, so a second
+call is a lookup: tasks/ and demos/ (JSONL), models/<name>-<hash>/ (a checkpoint plus zoo.json with
+its training record), evals/ (per-task outcomes).
+
+Training is a plain torch loop rather than TRL's SFTTrainer: one packed sequence per episode, an
+assistant mask computed from the same render the rollout uses, AdamW with warmup and cosine decay.
+
+Results (report profile, 2 CPU cores; filled in from `python -m composer.zoo`):
+    TODO
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+import random
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+
+from composer import policies, stats
+from composer.env import tasks
+from composer.env.environment import CodingEnv, EnvConfig
+from composer.models import _hash, _publish, cache_root, load_model, load_tokenizer, tiny_model
+
+ZOO_VERSION = "1"  # bump when the training or data code changes what a cached artefact would contain
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the zoo: architecture (Qwen3Config overrides of models.TINY), data and optimisation.
+
+    Training runs three phases under one AdamW schedule (see `train`): `pretrain_steps` of language
+    modelling on every token of transcript windows, `sft_steps` of assistant-only loss on windows
+    that end at an assistant turn, `full_steps` of assistant-only loss on whole episodes."""
+
+    name: str
+    role: str  # "student" or "teacher"
+    arch: dict = field(default_factory=dict)
+    style: str = "clean"  # which expert's demonstrations (a key of Profile.styles)
+    n_demos: int = 100  # the first n of that expert's demonstrations
+    pretrain_steps: int = 300
+    sft_steps: int = 400
+    full_steps: int = 50
+    lr: float = 3e-3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    difficulty: tasks.Difficulty
+    n_train: int  # train-split tasks; each expert style demonstrates every one of them once
+    n_test: int  # test-split tasks the table is measured on
+    styles: dict  # style name -> policies.Noise
+    models: tuple  # ModelSpec, student first
+    env: EnvConfig = policies.ENV_CONFIG
+    max_new_tokens: int = 160
+    seed: int = 0
+
+
+SMOKE_STEPS = dict(pretrain_steps=4, sft_steps=4, full_steps=2, lr=1e-2)
+PROFILES = {
+    "report": Profile(
+        difficulty=tasks.Difficulty(),
+        n_train=400, n_test=60,
+        styles={"clean": policies.Noise(), "noisy": policies.Noise(explore=0.3, wrong_edit=0.3, skip_rerun=0.3)},
+        models=(
+            ModelSpec("student", "student", {}, style="noisy", n_demos=150),
+            ModelSpec("teacher-large", "teacher", dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                                                      head_dim=32), style="clean", n_demos=400),
+            ModelSpec("teacher-medium", "teacher", dict(hidden_size=96, intermediate_size=256, num_hidden_layers=3,
+                                                       head_dim=24), style="clean", n_demos=400),
+            ModelSpec("teacher-explorer", "teacher", dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                                                         head_dim=32), style="noisy", n_demos=400),
+        )),
+    "smoke": Profile(
+        difficulty=tasks.Difficulty(n_functions=1),
+        n_train=4, n_test=2,
+        styles={"clean": policies.Noise(), "noisy": policies.Noise(explore=0.5, wrong_edit=0.5, skip_rerun=0.5)},
+        models=(
+            ModelSpec("student", "student", dict(hidden_size=32, intermediate_size=64, head_dim=8), style="noisy",
+                      n_demos=2, **SMOKE_STEPS),
+            ModelSpec("teacher-large", "teacher", {}, n_demos=4, **SMOKE_STEPS),
+            ModelSpec("teacher-medium", "teacher", dict(hidden_size=48, intermediate_size=96, head_dim=12), n_demos=4,
+                      **SMOKE_STEPS),
+            ModelSpec("teacher-explorer", "teacher", {}, style="noisy", n_demos=4, **SMOKE_STEPS),
+        ),
+        max_new_tokens=16),
+}
+
+MAX_POSITIONS = 8192  # episodes with detours run past models.TINY's 4096 tokens
+
+
+def _versions() -> dict:
+    return {"zoo": ZOO_VERSION, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _jsonl_cached(kind: str, key: str, build) -> list[dict]:
+    """Rows of cache_root()/zoo/<kind>/<key>.jsonl, building them with build() (atomic publish) if absent."""
+    folder = _publish(cache_root() / "zoo" / kind / key,
+                      lambda tmp: (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in build())))
+    return [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def split_tasks(profile: Profile, split: str) -> list[dict]:
+    n = profile.n_train if split == "train" else profile.n_test
+    key = _hash(split=split, n=n, seed=profile.seed, difficulty=profile.difficulty, generator=tasks.GENERATOR_VERSION)
+    tasks.catalogue()  # warm the library cache here: ast.parse on 3.11 is not safe in generate()'s threads cold
+    return _jsonl_cached("tasks", f"{split}-{key}",
+                         lambda: tasks.generate(n, seed=profile.seed, split=split, difficulty=profile.difficulty))
+
+
+def demonstrations(profile: Profile, style: str, *, workers: int = 2) -> list[dict]:
+    """One expert episode per train task in the given style: {"instance_id", "messages", "reward", "info"}."""
+    records, noise = split_tasks(profile, "train"), profile.styles[style]
+    # The expert's code is part of the key: a changed expert must not reuse stale demonstrations.
+    expert = [policies.demonstrate, policies.gold_fix, policies._enclosing_unit, policies._slip,
+              policies.tool_call_message, policies.tool_message]
+    policy = hashlib.sha256("".join(map(inspect.getsource, expert)).encode() + repr(
+        (policies.SLIPS, policies.SYSTEM)).encode()).hexdigest()
+    key = _hash(tasks=[r["instance_id"] for r in records], noise=noise, env=profile.env, policy=policy, **_versions())
+
+    def one(i: int, env: CodingEnv) -> dict:
+        messages, reward, info = policies.demonstrate(env, records[i], noise=noise, seed=profile.seed * 100_003 + i)
+        return {"instance_id": records[i]["instance_id"], "messages": messages, "reward": reward, "info": info}
+
+    def build():
+        # Each episode is mostly sandboxed pytest runs (subprocesses), so threads overlap well.
+        def shard(w):
+            env = CodingEnv(config=profile.env)
+            try:
+                return [one(i, env) for i in range(w, len(records), workers)]
+            finally:
+                env.close()
+        with ThreadPoolExecutor(workers) as pool:
+            shards = list(pool.map(shard, range(workers)))
+        rows = sorted((r for s in shards for r in s), key=lambda r: [x["instance_id"] for x in records].index(
+            r["instance_id"]))
+        failed = [r["instance_id"] for r in rows if r["reward"] != 1.0]
+        if failed:
+            raise RuntimeError(f"the expert failed {len(failed)} train tasks (a generator or environment bug): {failed}")
+        return rows
+
+    return _jsonl_cached("demos", f"{style}-{key}", build)
+
+
+def encode(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """(token ids, assistant mask) of a conversation rendered as the rollout renders it.
+
+    The mask covers each assistant turn from after `<|im_start|>assistant\\n` through its `<|im_end|>`:
+    exactly the tokens the model generates at rollout time. The conversation should end with a
+    tool message (as demonstrations do): Qwen3's template gives a *final* assistant turn an empty
+    think block, which rollouts never see."""
+    text = policies.render(tokenizer, messages)
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        prompt = policies.render(tokenizer, messages[:i], add_generation_prompt=True)
+        assert text.startswith(prompt), "the chat template does not render the prefix of a conversation as a prefix"
+        start = len(prompt)
+        spans.append((start, text.index("<|im_end|>", start) + len("<|im_end|>")))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(s <= a < e for s, e in spans)) for a, _ in enc.offset_mapping]
+    return enc.input_ids, mask
+
+
+LM_WINDOW, LM_BATCH = 512, 4  # pretraining: 4 windows of 512 tokens per step
+SFT_WINDOW, SFT_BATCH = 1024, 2  # SFT: 2 windows (or whole episodes) per step
+
+
+def _loss(model, ids: list[int], mask: list[int]) -> tuple[torch.Tensor, int]:
+    """(summed cross-entropy over the masked tokens, their count) of one unpadded sequence."""
+    x = torch.tensor([ids])
+    # No padding and no attention mask: SDPA then takes its causal kernel, about twice as fast on CPU
+    # as a padded batch with an explicit mask, so a batch is a loop of single sequences.
+    logits = model(input_ids=x).logits[0, :-1]
+    keep = torch.tensor(mask[1:], dtype=torch.bool)
+    return torch.nn.functional.cross_entropy(logits[keep].float(), x[0, 1:][keep], reduction="sum"), int(keep.sum())
+
+
+def assistant_loss(model, examples: list[tuple[list[int], list[int]]]) -> float:
+    """Mean cross-entropy per assistant token over whole episodes (what SFT minimises)."""
+    model.eval()
+    with torch.no_grad():
+        sums = [_loss(model, ids, mask) for ids, mask in examples]
+    return sum(float(s) for s, _ in sums) / max(sum(n for _, n in sums), 1)
+
+
+def _turn_ends(mask: list[int]) -> list[int]:
+    return [i + 1 for i in range(len(mask)) if mask[i] and (i + 1 == len(mask) or not mask[i + 1])]
+
+
+def _batch(phase: str, examples, prefix: int, rng: random.Random) -> list[tuple[list[int], list[int]]]:
+    if phase == "pretrain":  # every token of a window past the shared system/tools prefix
+        out = []
+        for _ in range(LM_BATCH):
+            ids = rng.choice(examples)[0]
+            start = rng.randrange(prefix, max(prefix, len(ids) - LM_WINDOW) + 1)
+            out.append((ids[start:start + LM_WINDOW], [1] * len(ids[start:start + LM_WINDOW])))
+        return out
+    out = []
+    for _ in range(SFT_BATCH):
+        ids, mask = rng.choice(examples)
+        if phase == "sft":  # the window before (and including) one assistant turn
+            end = rng.choice(_turn_ends(mask))
+            ids, mask = ids[max(0, end - SFT_WINDOW):end], mask[max(0, end - SFT_WINDOW):end]
+        out.append((ids, mask))
+    return out
+
+
+def train(model, examples, spec: ModelSpec, *, prefix: int, log=None) -> dict[str, list[float]]:
+    """Train in place on (ids, assistant mask) episodes; returns each phase's per-step losses.
+
+    1. pretrain: next-token loss on every token of random 512-token windows. It stands in for the
+       pretraining a real base model brings (the code, the observations, copying from context):
+       a from-scratch model on 2 CPU cores does not learn to copy a name or a line number out of a
+       4,000-token episode from ~200 supervised tokens per episode in minutes, but does from this.
+    2. sft: assistant-only loss on 1,024-token windows ending at an assistant turn: everything a
+       turn depends on (the issue, the last observations) lies within them, at a quarter of the cost.
+    3. full: assistant-only loss on whole episodes, so the model also learns to read past the
+       ~1,700-token tool block in the system turn that every rollout prompt starts with.
+    `prefix` is that shared block's length in tokens (phase 1 skips it: it is the same in every episode)."""
+    phases = [("pretrain", spec.pretrain_steps), ("sft", spec.sft_steps), ("full", spec.full_steps)]
+    total = sum(n for _, n in phases)
+    warmup = max(1, total // 40)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    # Linear warmup, then one cosine down to a tenth across all phases.
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))))
+    rng = random.Random(spec.seed)
+    losses = {name: [] for name, _ in phases}
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        for name, steps in phases:
+            for step in range(steps):
+                batch = _batch(name, examples, prefix, rng)
+                n_tokens = sum(sum(m[1:]) for _, m in batch)  # a token-weighted mean over the batch
+                total_loss = 0.0
+                for ids, mask in batch:
+                    loss, _ = _loss(model, ids, mask)
+                    (loss / n_tokens).backward()
+                    total_loss += float(loss.detach())
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                losses[name].append(total_loss / n_tokens)
+                if log and (step % 50 == 0 or step == steps - 1):
+                    log(f"{name} {step + 1}/{steps} loss {sum(losses[name][-50:]) / len(losses[name][-50:]):.4f}")
+    model.eval()
+    return losses
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+TRAINED = []  # names of models trained (not loaded) in this process: the tests check the cache with it
+
+
+def build(spec: ModelSpec, profile: Profile) -> Path:
+    """The trained checkpoint of one spec, built once per hash of everything that went into it."""
+    base = tiny_model(f"zoo-{spec.name}", seed=spec.seed, max_position_embeddings=MAX_POSITIONS, **spec.arch)
+    demos = demonstrations(profile, spec.style)[:spec.n_demos]
+    digest = hashlib.sha256(json.dumps([d["messages"] for d in demos]).encode()).hexdigest()
+    key = _hash(spec=dataclasses.asdict(spec), base=base.name, demos=digest, **_versions())
+
+    def run(out: Path):
+        tokenizer = load_tokenizer(base)
+        tokenizer.model_max_length = MAX_POSITIONS
+        model = load_model(base)
+        examples = [encode(tokenizer, d["messages"]) for d in demos]
+        prefix = len(tokenizer(policies.render(tokenizer, demos[0]["messages"][:1]), add_special_tokens=False).input_ids)
+        wall, cpu = time.perf_counter(), time.process_time()
+        losses = train(model, examples, spec, prefix=prefix,
+                       log=lambda line: print(f"[zoo] {spec.name}: {line}", file=sys.stderr, flush=True))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        record = {"spec": dataclasses.asdict(spec), "base": str(base), "params": sum(p.numel() for p in model.parameters()),
+                  "n_demos": len(demos), "tokens": sum(len(x) for x, _ in examples),
+                  "assistant_tokens": sum(sum(m) for _, m in examples), "train_seconds": round(wall, 1),
+                  "train_cpu_seconds": round(cpu, 1), "torch_threads": torch.get_num_threads(), "losses": losses,
+                  **_versions()}
+        (out / "zoo.json").write_text(json.dumps(record))
+        TRAINED.append(spec.name)
+
+    return _publish(cache_root() / "zoo" / "models" / f"{spec.name}-{key}", run)
+
+
+def zoo(profile: str | Profile = "report") -> dict[str, Path]:
+    """{name: checkpoint path} of the profile's four models, training whichever is not cached yet."""
+    profile = PROFILES[profile] if isinstance(profile, str) else profile
+    return {spec.name: build(spec, profile) for spec in profile.models}
+
+
+def info(path: Path) -> dict:
+    """The training record a zoo checkpoint was published with."""
+    return json.loads((Path(path) / "zoo.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+
+
+def evaluation(path: Path, profile: Profile) -> dict:
+    """Greedy pass@1 per test task of one checkpoint, cached: {"scores": {instance_id: 0/1}, "seconds", ...}."""
+    records = split_tasks(profile, "test")
+    key = _hash(model=Path(path).name, tasks=[r["instance_id"] for r in records], env=profile.env,
+                max_new_tokens=profile.max_new_tokens, **_versions())
+
+    def run():
+        start = time.perf_counter()
+        scores, runs = policies.evaluate(path, records, k=1, temperature=0.0, env_config=profile.env,
+                                         max_new_tokens=profile.max_new_tokens, return_rollouts=True)
+        seconds = time.perf_counter() - start
+        return [{"scores": scores, "seconds": round(seconds, 1),
+                 "steps": sum(r[3]["steps"] for r in runs), "malformed": sum(r[3]["malformed"] for r in runs),
+                 "submitted": sum(r[3]["submitted"] for r in runs)}]
+
+    return _jsonl_cached("evals", f"{Path(path).name}-{key}", run)[0]
+
+
+COLUMNS = ("model", "role", "params", "demos", "train_s", "pass@1", "ci95", "n_tasks", "eval_s")
+
+
+def report(profile: str | Profile = "report") -> list[dict]:
+    """One row per model: training record and test-split pass@1 with its Wilson interval."""
+    profile = PROFILES[profile] if isinstance(profile, str) else profile
+    rows = []
+    for spec in profile.models:
+        path = build(spec, profile)
+        rec, ev = info(path), evaluation(path, profile)
+        scores = list(ev["scores"].values())
+        ci = stats.wilson_interval(int(sum(scores)), len(scores))
+        rows.append({"model": spec.name, "role": spec.role, "params": rec["params"], "demos": rec["n_demos"],
+                     "train_s": rec["train_seconds"], "pass@1": ci.estimate, "ci95": (ci.low, ci.high),
+                     "n_tasks": len(scores), "eval_s": ev["seconds"], "path": str(path)})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'model':<17} {'role':<8} {'params':>8} {'demos':>5} {'train_s':>7} {'pass@1':>6} "
+             f"{'95% CI (Wilson)':>15} {'n':>4} {'eval_s':>6}"]
+    for r in rows:
+        ci = "[{:.2f}, {:.2f}]".format(*r["ci95"])
+        lines.append(f"{r['model']:<17} {r['role']:<8} {r['params']:>8,} {r['demos']:>5} {r['train_s']:>7.1f} "
+                     f"{r['pass@1']:>6.2f} {ci:>15} {r['n_tasks']:>4} {r['eval_s']:>6.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m composer.zoo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="report")
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    start = time.perf_counter()
+    for style in profile.styles:
+        t = time.perf_counter()
+        demonstrations(profile, style)
+        print(f"demonstrations ({style}): {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    rows = report(profile)
+    print(f"difficulty: {profile.difficulty}")
+    print(table(rows))
+    print(f"total wall time (with what the cache already held): {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

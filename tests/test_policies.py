@@ -1,0 +1,153 @@
+"""The scripted expert, the demonstration format and the model rollout loop.
+
+    .venv/bin/pytest tests/test_policies.py
+
+Tasks are real embedded tasks and every episode runs in the real environment (sandboxed pytest),
+so a reward of 1.0 means the hidden tests passed. Models are a stub that replays fixed text
+(the loop's parsing and error paths) and an untrained tiny Qwen3 (the generation path).
+"""
+
+import json
+import re
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from composer import policies
+from composer.env import tasks
+from composer.env.environment import CodingEnv, EnvConfig
+from composer.models import build_tokenizer, load_model, tiny_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COMPOSER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def records():
+    tasks.catalogue()  # built once up front: generate()'s threads would race on a cold cache
+    return tasks.generate(5, seed=0, split="test")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture
+def env(records):
+    env = CodingEnv(records, policies.ENV_CONFIG)
+    yield env
+    env.close()
+
+
+def test_expert_solves_tasks_by_the_short_route(env, records):
+    for i, record in enumerate(records):
+        messages, reward, info = policies.demonstrate(env, record, seed=i)
+        assert reward == 1.0 and info["submitted"], record["instance_id"]
+        assert [name for name, _ in policies.tool_calls(messages)] == ["run_tests", "view", "edit", "run_tests", "submit"]
+        fix = policies.gold_fix(record)[0]
+        assert fix["end"] - fix["start"] <= 1 and len(fix["new_text"].splitlines()) <= 3  # local, not the hunk
+
+
+def test_noisy_expert_takes_detours_and_still_submits(env, records):
+    noise = policies.Noise(explore=1.0, wrong_edit=1.0, skip_rerun=1.0)
+    names = []
+    for i, record in enumerate(records):
+        messages, reward, info = policies.demonstrate(env, record, noise=noise, seed=i)
+        assert info["submitted"] and reward == 1.0, record["instance_id"]
+        names.append([name for name, _ in policies.tool_calls(messages)])
+        assert names[-1][-2] != "run_tests"  # skip_rerun=1: straight from the last edit to submit
+    assert all("search" in n or "list_files" in n for n in names)  # every episode explores a little first
+    assert any(n.count("edit") == 2 for n in names)  # some got a wrong first edit, then the fix
+
+
+def test_demonstrations_render_in_qwen3_format_and_reparse(env, records, tokenizer):
+    messages, _, _ = policies.demonstrate(env, records[0], noise=policies.Noise(explore=1.0, wrong_edit=1.0))
+    text = policies.render(tokenizer, messages)
+    assert text.startswith("<|im_start|>system\n" + policies.SYSTEM + "\n\n# Tools\n")
+    assert '{"type": "function", "function": {"name": "edit"' in text  # the environment's schemas are in the prompt
+    assert text.count("<tool_response>") == (len(messages) - 2) // 2
+    run_tests = '<|im_start|>assistant\n<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call><|im_end|>\n'
+    assert run_tests in text
+    blocks = re.findall(r"<\|im_start\|>assistant\n(.*?)<\|im_end\|>", text, re.DOTALL)
+    assert [policies.parse_tool_call(b) for b in blocks] == policies.tool_calls(messages)
+
+
+def test_parse_tool_call_rejects_malformed_text():
+    assert policies.parse_tool_call('<tool_call>\n{"name": "view", "arguments": {"path": "a.py"}}\n</tool_call>') == (
+        "view", {"path": "a.py"})
+    assert policies.parse_tool_call('<tool_call>{"name": "submit", "arguments": "{}"}') == ("submit", {})
+    for text in ["no call", "<tool_call>{not json}</tool_call>", '<tool_call>{"arguments": {}}</tool_call>',
+                 '<tool_call>{"name": "view", "arguments": [1]}</tool_call>', "<tool_call>[]</tool_call>"]:
+        assert policies.parse_tool_call(text) is None, text
+
+
+class ScriptedModel:
+    """Stands in for a causal LM: generate() appends the next of a fixed list of completions."""
+
+    def __init__(self, tokenizer, completions):
+        self.tokenizer, self.completions = tokenizer, list(completions)
+        self.config = type("Config", (), {"max_position_embeddings": 1 << 20})()
+        self.device = torch.device("cpu")
+        self.prompts = []
+
+    def generate(self, input_ids, **kwargs):
+        self.prompts.append(self.tokenizer.decode(input_ids[0]))
+        new = self.tokenizer(self.completions.pop(0) + "<|im_end|>", add_special_tokens=False).input_ids
+        return torch.cat([input_ids, torch.tensor([new])], dim=1)
+
+
+def test_rollout_survives_malformed_output(env, records, tokenizer):
+    model = ScriptedModel(tokenizer, [
+        "Let me look. <tool_call>\n{\"name\": \"view\", \"arguments\": {\"path\": ",  # cut-off JSON
+        '<tool_call>\n{"name": "no_such_tool", "arguments": {}}\n</tool_call>',
+        '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'])
+    messages, reward, info = policies.rollout(model, tokenizer, env, records[0], max_steps=5)
+    assert info["steps"] == 3 and info["malformed"] == 1 and info["submitted"] and reward == 0.0
+    assert messages[2] == {"role": "assistant", "content": "Let me look. <tool_call>\n{\"name\": \"view\", "
+                                                           "\"arguments\": {\"path\": "}
+    assert messages[3]["content"].startswith("error: unknown tool ''")
+    assert messages[5]["content"].startswith("error: unknown tool 'no_such_tool'")
+    assert "without changes" in messages[7]["content"]
+    # each prompt is the canonical render of the conversation so far, ending in the generation prompt
+    assert model.prompts[2] == policies.render(tokenizer, messages[:6], add_generation_prompt=True)
+
+
+def test_rollout_replaying_the_expert_resolves_the_task(env, records, tokenizer):
+    demo, _, _ = policies.demonstrate(env, records[1])
+    blocks = re.findall(r"<\|im_start\|>assistant\n(.*?)<\|im_end\|>", policies.render(tokenizer, demo), re.DOTALL)
+    model = ScriptedModel(tokenizer, blocks)
+    messages, reward, info = policies.rollout(model, tokenizer, env, records[1])
+    assert reward == 1.0 and info["malformed"] == 0
+    assert policies.tool_calls(messages) == policies.tool_calls(demo)
+
+
+def test_generation_reuses_the_cache_without_changing_tokens(tokenizer):
+    model = load_model(tiny_model("policy-test"))
+    messages = [{"role": "system", "content": policies.SYSTEM}, {"role": "user", "content": "Fix calc/ops.py"}]
+    ids = policies._prompt_ids(tokenizer, messages)
+    cache = DynamicCache()
+    first = policies.generate_turn(model, tokenizer, ids, cache, temperature=0.0, max_new_tokens=6)
+    messages += [policies.tool_call_message("run_tests", {}, "call_1"), policies.tool_message("3 failed", "call_1", "run_tests")]
+    ids = policies._prompt_ids(tokenizer, messages)
+    reused = policies.generate_turn(model, tokenizer, ids, cache, temperature=0.0, max_new_tokens=6)
+    fresh = policies.generate_turn(model, tokenizer, ids, DynamicCache(), temperature=0.0, max_new_tokens=6)
+    assert len(first) == 6 and reused == fresh
+
+
+def test_evaluate_returns_pass_at_1_per_task(records):
+    path = tiny_model("policy-test")
+    config = EnvConfig(max_steps=2, max_observation_chars=400)
+    scores = policies.evaluate(path, records[:2], k=1, env_config=config, max_new_tokens=4)
+    assert list(scores) == [r["instance_id"] for r in records[:2]]
+    assert all(0.0 <= s <= 1.0 for s in scores.values())
+    scores, runs = policies.evaluate(path, records[:1], k=2, n=3, temperature=1.0, env_config=config,
+                                     max_new_tokens=4, return_rollouts=True)
+    assert len(runs) == 3 and all(r[3]["steps"] == 2 for r in runs)
+    assert json.dumps(runs[0][1])  # rollouts are plain JSON, ready for a trace file

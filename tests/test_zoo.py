@@ -1,0 +1,89 @@
+"""The model zoo at its smoke profile: build, cache, report table, and the SFT it rests on.
+
+    .venv/bin/pytest tests/test_zoo.py
+
+The smoke profile trains four very small models on a handful of real demonstrations in seconds;
+the report profile (python -m composer.zoo) is never run here.
+"""
+
+import time
+
+import pytest
+
+from composer import policies, zoo
+from composer.models import build_tokenizer, load_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COMPOSER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def built():
+    start = time.perf_counter()
+    paths = zoo.zoo("smoke")
+    return paths, time.perf_counter() - start
+
+
+def test_smoke_profile_builds_four_models_quickly(built):
+    paths, seconds = built
+    assert list(paths) == ["student", "teacher-large", "teacher-medium", "teacher-explorer"]
+    assert sorted(zoo.TRAINED) == sorted(paths)
+    for name, path in paths.items():
+        rec = zoo.info(path)
+        assert (path / "model.safetensors").exists() and (path / "tokenizer.json").exists()
+        assert rec["spec"]["name"] == name and rec["params"] > 0
+        assert [len(v) for v in rec["losses"].values()] == [rec["spec"]["pretrain_steps"], rec["spec"]["sft_steps"],
+                                                            rec["spec"]["full_steps"]]
+    assert zoo.info(paths["student"])["params"] < min(zoo.info(p)["params"] for n, p in paths.items() if n != "student")
+    assert seconds < 60
+
+
+def test_second_call_loads_from_the_cache(built):
+    paths, _ = built
+    trained, mtimes = list(zoo.TRAINED), {n: (p / "zoo.json").stat().st_mtime for n, p in paths.items()}
+    assert zoo.zoo("smoke") == paths
+    assert zoo.TRAINED == trained
+    assert {n: (p / "zoo.json").stat().st_mtime for n, p in paths.items()} == mtimes
+
+
+def test_report_table_has_the_required_columns(built):
+    rows = zoo.report("smoke")
+    assert [r["model"] for r in rows] == list(built[0])
+    for r in rows:
+        assert set(zoo.COLUMNS) <= set(r)
+        assert 0.0 <= r["ci95"][0] <= r["pass@1"] <= r["ci95"][1] <= 1.0 and r["n_tasks"] == zoo.PROFILES["smoke"].n_test
+    text = zoo.table(rows)
+    for header in ("model", "params", "train_s", "pass@1", "95% CI (Wilson)", "n"):
+        assert header in text.splitlines()[0]
+    assert len(text.splitlines()) == 1 + len(rows)
+
+
+def test_mask_covers_exactly_what_the_model_generates():
+    tokenizer = build_tokenizer()
+    messages = [{"role": "system", "content": policies.SYSTEM}, {"role": "user", "content": "Fix it."},
+                policies.tool_call_message("run_tests", {}, "c1"), policies.tool_message("1 failed", "c1", "run_tests"),
+                policies.tool_call_message("submit", {}, "c2"), policies.tool_message("submitted", "c2", "submit")]
+    ids, mask = zoo.encode(tokenizer, messages)
+    assert tokenizer.decode([t for t, m in zip(ids, mask) if m]) == (
+        '<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call><|im_end|>'
+        '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call><|im_end|>')
+    assert tokenizer.decode(ids) == policies.render(tokenizer, messages)
+
+
+def test_sft_lowers_the_assistant_token_loss(built):
+    paths, _ = built
+    tokenizer = build_tokenizer()
+    profile = zoo.PROFILES["smoke"]
+    demos = zoo.demonstrations(profile, "clean")
+    examples = [zoo.encode(tokenizer, d["messages"]) for d in demos]
+    path = paths["teacher-large"]
+    before = zoo.assistant_loss(load_model(zoo.info(path)["base"]), examples)
+    after = zoo.assistant_loss(load_model(path), examples)
+    assert after < before - 0.5, (before, after)
+    losses = zoo.info(path)["losses"]
+    assert losses["full"][-1] < losses["pretrain"][0]
