@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from composer import traces
-from composer.env import tasks, tools
+from composer.env import sandbox, tasks, tools
 from composer.env.environment import (
     TOOLS,
     CodingAction,
@@ -263,7 +263,9 @@ def test_bad_calls_are_error_observations_that_count(env, action, message):
     obs = env.step(action)
     assert not obs.info.ok and message in obs.info.error and obs.text.startswith("error: ")
     assert obs.info.step == 1 and env.state.step_count == 1 and not obs.done
-    assert set(os.listdir(env.repo.parent.parent)) == outside and not (env.repo.parent / "evil.py").exists()
+    # /tmp is shared: other people's runs come and go there (their temp folders), the call's writes must not
+    new = {n for n in set(os.listdir(env.repo.parent.parent)) - outside if not n.startswith(("composer-", "tmp"))}
+    assert not new and not (env.repo.parent / "evil.py").exists()
 
 
 def test_invalid_text_in_a_call_is_an_error_and_traces_cleanly(records, tmp_path):
@@ -308,6 +310,80 @@ def test_hostile_code_under_run_tests_is_an_error_observation(records, name):
     assert not obs.info.ok and obs.info.error and len(obs.text) <= env.config.max_observation_chars
     assert env.state.step_count == 2 and not obs.done
     assert env.call("view", path=module, start=1, end=1).info.ok  # the environment carries on
+    env.call("edit", path=module, start=1, end=HOSTILE[name].count("\n"), new_text="")
+    obs = env.call("run_tests")  # and so does run_tests, on a (re)started worker
+    f2p, p2p = graded(records[0])
+    assert obs.info.ok and obs.info.tests == {**{t: False for t in f2p}, **{t: True for t in p2p}}, obs.text
+    env.close()
+
+
+# ---------------------------------------------------------------- the warm worker
+
+
+def running(pid) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def counting(monkeypatch, owner, name) -> list:
+    calls, real = [], getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
+@pytest.mark.skipif(sandbox.isolation()["mode"] == "plain", reason="no warm worker without a PID namespace")
+def test_run_tests_runs_warm_sees_edits_and_grading_runs_cold(records, monkeypatch):
+    f2p, p2p = graded(records[0])
+    cold = counting(monkeypatch, sandbox, "run_pytest")
+    warm = counting(monkeypatch, sandbox.PytestWorker, "run")
+    env = CodingEnv(records)
+    env.reset(instance=records[0])
+    worker = env._ep.worker
+    assert env.call("run_tests").info.tests == {**{t: False for t in f2p}, **{t: True for t in p2p}}
+    pid = worker.pid
+    for edit in gold_edits(records[0]):
+        env.call("edit", **edit)
+    assert env.call("run_tests").info.tests == dict.fromkeys(f2p + p2p, True)  # the edit is seen
+    assert (len(warm), len(cold), worker.pid, worker.starts, worker.fallback) == (2, 0, pid, 1, None)
+    obs = env.call("submit")
+    assert obs.reward == 1.0 and len(cold) == 1 and len(warm) == 2  # graded by one fresh cold run
+    assert cold[0][0] != env.repo  # on its own copy
+    assert not running(pid) and worker.pid is None and env._ep.worker is None  # the worker ended with the episode
+    env.close()
+
+
+@pytest.mark.skipif(sandbox.isolation()["mode"] == "plain", reason="no warm worker without a PID namespace")
+def test_the_worker_ends_with_reset_close_and_the_step_limit(records):
+    env = CodingEnv(records, EnvConfig(max_steps=2))
+    pids = []
+    for end in ("reset", "close", "step limit"):
+        env.reset(instance=records[0])
+        assert env.call("run_tests").info.ok
+        pids.append(env._ep.worker.pid)
+        assert running(pids[-1])
+        if end == "reset":
+            env.reset(instance=records[1])
+        elif end == "close":
+            env.close()
+        else:
+            assert env.call("list_files").done
+        assert not running(pids[-1])
+    assert len(set(pids)) == 3  # one worker per episode
+    env.close()
+
+
+def test_warm_tests_off_runs_cold(records, monkeypatch):
+    cold = counting(monkeypatch, sandbox, "run_pytest")
+    env = CodingEnv(records, EnvConfig(warm_tests=False))
+    env.reset(instance=records[0])
+    assert env._ep.worker is None and env.call("run_tests").info.tests and len(cold) == 1
     env.close()
 
 

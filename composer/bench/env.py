@@ -1,6 +1,6 @@
 """The coding environment's throughput: tool steps per second, sandboxed test runs included, on a scripted mix.
 
-    python -m composer bench env [--tasks 6] [--episodes 24] [--workers 2] [--seed 0]
+    python -m composer bench env [--tasks 6] [--episodes 24] [--workers 2] [--seed 0] [--no-cold]
 
     from composer.bench.env import measure
     result = measure(n_tasks=6, episodes=24, workers=2)    # the dict printed as the last stdout line
@@ -8,39 +8,51 @@
 An episode is what a competent agent does on an embedded task: view the buggy module, run_tests,
 edit (the gold fix from the task's patch on even episodes, a harmless wrong edit on odd ones),
 run_tests, submit. That is 5 steps (more when a gold patch has several hunks), 3 of which run a
-sandboxed pytest: the two run_tests and submit's grading run on a fresh copy. `workers` episodes
-run at once, each in its own CodingEnv, as a trainer's rollouts would.
+sandboxed pytest: the two run_tests (through the episode's warm sandbox.PytestWorker) and
+submit's grading run (always cold, on a fresh copy). `workers` episodes run at once, each in its
+own CodingEnv, as a trainer's rollouts would.
 
   env_steps_per_s             steps per wall-clock second, `workers` episodes at a time (reset time
                               is included, resets are not counted as steps). Target: >= 20 on 2 cores.
   env_steps_per_s_sequential  the same, one episode at a time
+  env_steps_per_s_cold        the same episodes with every run_tests a cold sandboxed run
+                              (EnvConfig(warm_tests=False)), alternated with the warm ones in chunks
+                              so that other people's load falls on both alike; warm_speedup = ratio
+  cpu_ms_per_step[_cold]      CPU per step, this process and every sandbox it reaped: the comparison
+                              that holds on a shared machine, where wall-clock figures swing 2x
   tool_ms_p50                 median latency of each tool
   pytest_breakdown_ms         where one pytest run goes (medians): starting the sandboxed interpreter
-                              (`python -c pass`), + importing pytest, the whole run_pytest
+                              (`python -c pass`), + importing pytest, the whole cold run_pytest; the
+                              worker's start + first run, and a later warm run
 The rewards are checked as well: every gold episode must get 1.0 and every wrong one 0.0 (else exit 1).
 
-Results (2026-11-30, the 2-core dev VM, root-ns isolation, defaults; a busy machine halves them):
-env_steps_per_s 7.8, sequential 6.0: below the target of 20. Sandboxed pytest runs are >99% of
-step time (the file tools take ~1 ms); one run costs ~250 ms of CPU: ~60 ms to start the
-sandboxed interpreter (unshare, setpriv, chown of the copy, Python start), ~100 ms to import
-pytest, ~90 ms for pytest itself (config, plugins, collection, 13 tests). At 0.6 runs per step
-and 2 cores, 20 steps/s needs <= ~165 ms per run with perfect scaling (measured: ~1.5x on 2 cores).
-Tried: a warm worker per episode (prototype, not shipped): a pytest zygote started inside
-sandbox.run_python (same namespaces, uid drop and rlimits), pid 1 of its PID namespace, forking
-one child per run_tests and SIGKILLing every other process of the namespace after each run, so
-the per-run cleanup guarantee holds; the grading run of submit stays a cold, fresh sandbox.
-Measured: ~100 ms per warm run vs ~250-350 ms cold, ~250 ms to start the zygote, so on this
-mix (two run_tests per episode) episodes got ~25% faster; it pays off with more run_tests per
-episode. It is not shipped because it re-implements run_pytest's outcome rules and session
-ownership outside sandbox.py; it belongs there (a `sandbox.PytestWorker`). Reaching 20 steps/s
-on this mix also needs the grading run warm: a trusted zygote that forks into fresh namespaces
-and a fresh uid per run, i.e. the sandbox's own start-up, not the environment's.
+Results (2026-11-30, the 2-core dev VM, root-ns isolation, defaults):
+Before the worker: env_steps_per_s 7.8, sequential 6.0 (an idle machine). Sandboxed pytest runs
+are >99% of step time (the file tools take ~1 ms); a cold run costs ~250 ms of CPU: ~40 ms
+sandbox and interpreter start, ~120 ms to import pytest, ~70 ms for pytest itself (config,
+collection, 13 tests), plus ~30 ms that subprocess spent fork()ing the whole host process for
+its preexec_fn (now util-linux prlimit sets the rlimits and subprocess uses vfork).
+With the worker (same day, machine loaded 3-4x by other users, so wall-clock figures are low and
+noisy; the CPU figures are not), defaults: env_steps_per_s 5.2 vs 4.2 cold in the same run (1.24x;
+other runs 1.31x and 0.98x, as the load swung), CPU per step 122 ms warm vs 156 ms cold (-22%;
+a small run: 115 vs 143).
+CPU per pytest run (getrusage, same task): warm ~80 ms, cold ~260 ms (3.2x); the worker's start
+plus its first run ~235 ms, nearly a cold run (its interpreter and `import pytest`). So per
+episode the worker saves the start-up of every run_tests after the first: one on this mix, more
+for agents that test often (5 run_tests: ~555 ms of CPU instead of ~1300).
+Not reached: 20 steps/s. What is left per episode is the cold grading run and the worker's start
+(~2 x 175 ms of interpreter + import pytest). Both go only with a trusted zygote outside the
+sandbox (pytest imported once per host process) that forks and enters fresh namespaces, a fresh
+uid and the rlimits itself (re-implementing unshare/setpriv), after which the grading run could
+stay fresh (new process, namespaces, uid, copy) but not cold. Not done: it needs a decision on
+what "cold" must mean for grading, and a careful port of setpriv's capability handling.
 """
 
 import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -73,9 +85,15 @@ def _episode(env: CodingEnv, record: dict, gold: bool) -> tuple[list[tuple[str, 
     return timings, obs.reward
 
 
-def _run(records: list[dict], episodes: int, workers: int, config: EnvConfig) -> dict:
-    jobs = [(records[i % len(records)], i % 2 == 0) for i in range(episodes)]
+def _jobs(records: list[dict], episodes: int) -> list[tuple[dict, bool]]:
+    return [(records[i % len(records)], i % 2 == 0) for i in range(episodes)]
 
+
+def _run(records: list[dict], episodes: int, workers: int, config: EnvConfig) -> dict:
+    return _play(_jobs(records, episodes), workers, config)
+
+
+def _play(jobs: list[tuple[dict, bool]], workers: int, config: EnvConfig) -> dict:
     def worker(share):
         env = CodingEnv(config=config)
         try:
@@ -83,15 +101,40 @@ def _run(records: list[dict], episodes: int, workers: int, config: EnvConfig) ->
         finally:
             env.close()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     with ThreadPoolExecutor(workers) as pool:
         done = [r for rs in pool.map(worker, [jobs[w::workers] for w in range(workers)]) for r in rs]
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
     steps = [t for _, timings, _ in done for t in timings]
-    return {"episodes": episodes, "workers": workers, "steps": len(steps), "wall_s": wall,
+    return {"episodes": len(jobs), "workers": workers, "steps": len(steps), "wall_s": wall, "cpu_s": cpu,
             "steps_per_s": len(steps) / wall,
             "gold_rewards": [r for gold, _, r in done if gold], "wrong_rewards": [r for gold, _, r in done if not gold],
             "timings": steps}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process (all threads) and of every descendant it has reaped: each sandboxed run
+    (unshare reaps the sandbox's init, which reaps its own children), a worker's server once closed, and
+    patch. Unlike wall-clock time, it does not grow when other people load the machine."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _merge(parts: list[dict]) -> dict:
+    """Several _play results as one (their steps, wall-clock and CPU times added up)."""
+    steps, wall = sum(p["steps"] for p in parts), sum(p["wall_s"] for p in parts)
+    return {"episodes": sum(p["episodes"] for p in parts), "workers": parts[0]["workers"], "steps": steps,
+            "wall_s": wall, "cpu_s": sum(p["cpu_s"] for p in parts), "steps_per_s": steps / wall,
+            **{k: [x for p in parts for x in p[k]] for k in ("gold_rewards", "wrong_rewards", "timings")}}
+
+
+def _interleaved(records: list[dict], episodes: int, workers: int, configs: list[EnvConfig],
+                 rounds: int = 4) -> list[dict]:
+    """The same episodes under each config, alternating in `rounds` chunks, so that load from other
+    processes of a shared machine falls on every config alike."""
+    jobs = _jobs(records, episodes)
+    chunks = [jobs[i::rounds] for i in range(rounds) if jobs[i::rounds]]
+    return [_merge([_play(chunk, workers, config) for chunk in chunks]) for config in configs]
 
 
 def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
@@ -107,27 +150,45 @@ def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
                 times.append(time.perf_counter() - start)
             return statistics.median(times) * 1e3
 
-        return {"python_start": median_ms(lambda: sandbox.run_python(repo, ["-c", "pass"])),
-                "import_pytest": median_ms(lambda: sandbox.run_python(repo, ["-c", "import pytest"])),
-                "run_pytest": median_ms(lambda: sandbox.run_pytest(repo, tests))}
+        with sandbox.PytestWorker(repo) as worker:
+
+            def restart_and_run():
+                worker._state.stop_server()  # a cold start of the worker's server, then its first run
+                worker.run(tests)
+
+            return {"python_start": median_ms(lambda: sandbox.run_python(repo, ["-c", "pass"])),
+                    "import_pytest": median_ms(lambda: sandbox.run_python(repo, ["-c", "import pytest"])),
+                    "run_pytest": median_ms(lambda: sandbox.run_pytest(repo, tests)),
+                    "worker_start_and_run": median_ms(restart_and_run),
+                    "worker_run": median_ms(lambda: worker.run(tests))}
 
 
-def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0) -> dict:
+def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0, compare_cold: bool = True) -> dict:
     records = tasks.generate(n_tasks, seed=seed)
-    config = EnvConfig()
+    config, cold_config = EnvConfig(), EnvConfig(warm_tests=False)
     _run(records[:1], 1, 1, config)  # warm-up: imports, the sandbox's isolation probe, page cache
-    concurrent = _run(records, episodes, workers, config)
+    if compare_cold:
+        concurrent, cold = _interleaved(records, episodes, workers, [config, cold_config])
+    else:
+        concurrent, cold = _run(records, episodes, workers, config), None
     sequential = _run(records, max(2, episodes // workers), 1, config)
     by_tool = defaultdict(list)
     for tool, seconds in concurrent["timings"] + sequential["timings"]:
         by_tool[tool].append(seconds)
-    ok = all(r == 1.0 for r in concurrent["gold_rewards"] + sequential["gold_rewards"]) and \
-        all(r == 0.0 for r in concurrent["wrong_rewards"] + sequential["wrong_rewards"])
+    runs = [concurrent, sequential] + ([cold] if cold else [])
+    ok = all(r == 1.0 for run in runs for r in run["gold_rewards"]) and \
+        all(r == 0.0 for run in runs for r in run["wrong_rewards"])
     pytest_runs = sum(len(by_tool[t]) for t in ("run_tests", "submit"))
     total = sum(sum(v) for v in by_tool.values())
     return {
         "env_steps_per_s": concurrent["steps_per_s"],
         "env_steps_per_s_sequential": sequential["steps_per_s"],
+        # the same episodes with run_tests as a cold sandboxed run each time (warm_tests=False), interleaved
+        "env_steps_per_s_cold": cold["steps_per_s"] if cold else None,
+        "warm_speedup": concurrent["steps_per_s"] / cold["steps_per_s"] if cold else None,
+        # CPU per step (host and sandboxes): the comparison that holds on a machine others are loading
+        "cpu_ms_per_step": concurrent["cpu_s"] / concurrent["steps"] * 1e3,
+        "cpu_ms_per_step_cold": cold["cpu_s"] / cold["steps"] * 1e3 if cold else None,
         "target_steps_per_s": TARGET_STEPS_PER_S,
         "meets_target": concurrent["steps_per_s"] >= TARGET_STEPS_PER_S,
         "rewards_ok": ok,
@@ -137,6 +198,7 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
         "pytest_breakdown_ms": _pytest_breakdown(records[0]),
         "concurrent": {k: v for k, v in concurrent.items() if k != "timings"},
         "sequential": {k: v for k, v in sequential.items() if k != "timings"},
+        "cold": {k: v for k, v in cold.items() if k != "timings"} if cold else None,
         "tasks": n_tasks,
         "isolation": sandbox.isolation()["mode"],
         "cpus": len(os.sched_getaffinity(0)),
@@ -151,16 +213,23 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=24, help="episodes timed with --workers at once (default 24)")
     parser.add_argument("--workers", type=int, default=2, help="episodes at once (default 2, one per core here)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-cold", action="store_true",
+                        help="skip timing the same episodes with cold test runs (warm_tests=False)")
     args = parser.parse_args(argv)
-    result = measure(args.tasks, args.episodes, args.workers, args.seed)
+    result = measure(args.tasks, args.episodes, args.workers, args.seed, compare_cold=not args.no_cold)
     c, b = result["concurrent"], result["pytest_breakdown_ms"]
     print(f"env_steps_per_s   {result['env_steps_per_s']:6.1f}  ({c['steps']} steps, {c['episodes']} episodes, "
           f"{c['workers']} at once; target >= {TARGET_STEPS_PER_S})")
     print(f"  one at a time   {result['env_steps_per_s_sequential']:6.1f}")
+    if result["env_steps_per_s_cold"]:
+        print(f"  cold run_tests  {result['env_steps_per_s_cold']:6.1f}  (same episodes, interleaved; warm is "
+              f"{result['warm_speedup']:.2f}x)")
+        print(f"  CPU per step    {result['cpu_ms_per_step']:6.0f} ms warm, {result['cpu_ms_per_step_cold']:.0f} ms cold")
     print("  tool p50 ms     " + ", ".join(f"{t} {ms:.0f}" for t, ms in result["tool_ms_p50"].items()))
     print(f"  pytest runs     {result['pytest_runs_per_step']:.2f} per step, {result['time_share_pytest']:.0%} of "
           f"step time; one run: interpreter start {b['python_start']:.0f} ms, +import pytest "
-          f"{b['import_pytest']:.0f} ms, whole run {b['run_pytest']:.0f} ms")
+          f"{b['import_pytest']:.0f} ms, whole run {b['run_pytest']:.0f} ms; warm worker: start + first run "
+          f"{b['worker_start_and_run']:.0f} ms, later runs {b['worker_run']:.0f} ms")
     if not result["rewards_ok"]:
         print("error: a gold episode was not rewarded 1.0 or a wrong one not 0.0")
     print(json.dumps(result))

@@ -23,6 +23,12 @@ Served over HTTP/WebSocket by composer.env.server. Tools (CodingAction.args hold
 Episode rules (decisions, with the reason):
 - Each episode works in its own temporary folder (removed on reset, close, or garbage collection),
   so sandbox.run_pytest's "one run per repo folder" holds and episodes never see each other.
+- run_tests goes through one warm sandbox.PytestWorker per episode (`warm_tests`, default True): its
+  first call starts a sandboxed server that has pytest imported, each call forks a fresh child of
+  it (the repo's modules are imported anew, so edits are seen; same limits as a cold run), about
+  3x cheaper than a cold sandboxed run. The worker ends with the episode (submit, step limit,
+  reset, close, garbage collection). With warm_tests=False (or where the worker cannot run, see
+  its docstring) every run_tests is a cold sandbox.run_pytest. Grading never uses the worker.
 - `visible_tests` (default True): the agent's copy has the task's test_patch applied, so
   run_tests shows which tests fail and how; a tiny policy gets no signal otherwise. With False
   the copy is what a SWE-bench agent sees (no tests): run_tests then runs whatever tests the
@@ -71,6 +77,7 @@ class EnvConfig:
     max_edit_bytes: int = 20_000  # new_text of edit, diff of apply_patch
     max_observation_chars: int = 8_000  # the text the model sees, head and tail kept
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
+    warm_tests: bool = True  # run_tests through a per-episode sandbox.PytestWorker, else a cold run each time
     view_max_lines: int = 200
     search_max_matches: int = 50
     list_max_files: int = 200
@@ -129,6 +136,7 @@ class _Episode:
     submitted: bool = False
     reward: float | None = None
     patch: str | None = None
+    worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None with warm_tests=False or once done
 
 
 @dataclass
@@ -221,7 +229,9 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         self._ep = ep = _Episode(
             instance=instance, episode_id=episode_id or uuid.uuid4().hex, tmp=tmp, repo=repo,
             pristine=tools.snapshot(repo), test_paths=_patch_paths(instance["test_patch"]),
-            default_tests=graded if self.config.visible_tests else [], messages=[])
+            default_tests=graded if self.config.visible_tests else [], messages=[],
+            worker=sandbox.PytestWorker(repo, timeout_s=self.config.test_timeout_s)  # starts at the first run_tests
+            if self.config.warm_tests else None)
         which = "the task's tests" if self.config.visible_tests else "the tests in the repository"
         text = "\n\n".join([
             instance["problem_statement"].strip(),
@@ -307,6 +317,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
 
     def _end(self) -> None:
         if self._ep is not None:
+            _stop_worker(self._ep)  # before the folder goes: the worker hands the repo back and leaves no process
             self._ep.tmp.cleanup()
             self._ep = None
 
@@ -318,6 +329,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             ep.done = ep.truncated = True
             ep.reward = 0.0
             result.text += f"\n\n[step limit of {cfg.max_steps} reached: the episode ends unsubmitted, reward 0]"
+        if ep.done:
+            _stop_worker(ep)  # no run_tests can follow: free its process now, not at the next reset
         error = result.error and _utf8(result.error)
         text = _utf8(f"error: {error}\n{result.text}".strip() if error else result.text)
         shown = {k: _clip(v, INFO_ARG_CHARS) if isinstance(v, str) else v for k, v in args.items()} \
@@ -367,7 +380,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         ids = self._ep.default_tests if test_ids is None else test_ids
         if len(ids) > MAX_TEST_IDS or any(len(t) > 500 or _utf8(t) != t for t in ids):
             raise tools.ToolError(f"at most {MAX_TEST_IDS} test ids, each valid text of up to 500 characters")
-        run = sandbox.run_pytest(self._ep.repo, ids, timeout_s=self.config.test_timeout_s)
+        worker = self._ep.worker
+        run = worker.run(ids) if worker else sandbox.run_pytest(self._ep.repo, ids, timeout_s=self.config.test_timeout_s)
         summary = _tests_summary(run.outcomes) if run.outcomes else "no test ran"
         return _Result(f"{summary}\n\n{run.output}", tests=run.outcomes, error=run.error)
 
@@ -391,6 +405,12 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         if left_out:
             text += f"\n(left out of the diff, binary or too large: {', '.join(left_out[:10])})"
         return _Result(text, tests=outcomes or None, error=report["error"])
+
+
+def _stop_worker(ep: _Episode) -> None:
+    if ep.worker is not None:
+        ep.worker.close()
+        ep.worker = None
 
 
 # --- traces --------------------------------------------------------------------------------

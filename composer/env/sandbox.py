@@ -4,6 +4,8 @@
 
     run = sandbox.run_pytest(repo, ["tests/test_ops.py::test_mean_1"], timeout_s=20)
     run.outcomes                    # {"tests/test_ops.py::test_mean_1": False}
+    with sandbox.PytestWorker(repo, timeout_s=20) as worker:   # a warm pytest for one episode's runs
+        run = worker.run(["tests/test_ops.py::test_mean_1"])   # the same TestRun, ~3x cheaper
     rc, out, timed_out = sandbox.run_python(repo, ["-c", "print(1)"])
     sandbox.apply_unified_diff(repo, diff)   # -> ["calc/ops.py"]; PatchError if it does not apply
     sandbox.safe_path(repo, "calc/ops.py")   # SandboxError for ../x, /etc/passwd, escaping symlinks
@@ -13,7 +15,8 @@ The child runs in `repo_dir` itself (the caller's per-episode copy: whatever it 
 stays) with a scrubbed environment (`scrubbed_env`: PATH, LANG, HOME and TMPDIR in a fresh
 temporary folder, no variable of the parent, so no API key). Always, on every OS with
 `resource`: RLIMIT_AS (`memory_mb`), RLIMIT_CPU (`cpu_s`, default timeout+1), RLIMIT_FSIZE
-(64 MiB per file), RLIMIT_CORE=0; a wall-clock timeout that SIGKILLs the child's process
+(64 MiB per file), RLIMIT_CORE=0 (set by util-linux `prlimit` where it exists, else in a
+preexec_fn); a wall-clock timeout that SIGKILLs the child's process
 group (`start_new_session` + `killpg`); output read incrementally and cut to `max_output`
 bytes (head and tail kept), so a flood cannot fill the parent's memory. What else depends
 on the host, and `isolation()["mode"]` says which applies:
@@ -44,6 +47,13 @@ Per-test outcomes come from a ten-line pytest plugin loaded with `-p` that logs 
 report's exact node id and phase, so they are pytest's own verdicts (xfail counts as a
 pass and skip as a failure, as in SWE-bench's log parsers). The child can forge them like
 it can forge any log: untrusted code owns its own process.
+
+`PytestWorker` is the warm path for an agent's repeated test runs on one copy: a server started
+once inside the same sandbox (pid 1 of its PID namespace, pytest imported) forks one child per run,
+and kills every other process of its namespace after each; a run past the timeout takes the whole
+server down and the next run starts a new one. It needs a PID namespace ("root-ns" or "user-ns");
+in "plain" mode, or when the server cannot start, it falls back to cold run_pytest (see its
+docstring). Grading should stay a cold run_pytest on a fresh copy, as composer.env.swebench does.
 """
 
 import contextlib
@@ -60,7 +70,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,6 +166,11 @@ def _mode() -> str:
     return "plain"
 
 
+@functools.cache
+def _prlimit() -> str | None:
+    return shutil.which("prlimit") if sys.platform == "linux" else None
+
+
 def isolation() -> dict:
     """What is enforced on this host, in words fit for a report's provenance block."""
     mode = _mode()
@@ -221,35 +238,85 @@ class _Session:
         return self
 
     def __exit__(self, *exc):
+        try:
+            if self.uid is not None:
+                _chown_tree(self.repo, *self.owner)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def command(self, args: list[str], *, timeout_s: float, memory_mb: int, cpu_s: int | None,
+                max_procs: int) -> tuple[list[str], object]:
+        """(argv, preexec_fn) for `python *args` in this sandbox under the rlimits. util-linux prlimit sets
+        them where it exists (preexec_fn is then None): a preexec_fn makes subprocess fork() the whole
+        caller instead of vfork(), ~30 ms per run from a process with transformers loaded."""
+        nproc = max_procs if self.mode == "root-ns" else _own_process_count() + max_procs
+        limits = [(resource.RLIMIT_AS, "as", memory_mb * 2**20),
+                  (resource.RLIMIT_CPU, "cpu", cpu_s or int(timeout_s) + 1),
+                  (resource.RLIMIT_FSIZE, "fsize", FILE_LIMIT_MB * 2**20),
+                  (resource.RLIMIT_NPROC, "nproc", nproc),
+                  (resource.RLIMIT_CORE, "core", 0)]
+        argv = [*_ns_prefix(self.mode, self.uid), sys.executable, *args]
+        if _prlimit():
+            return [_prlimit(), *(f"--{name}={value}" for _, name, value in limits), "--", *argv], None
+
+        def set_limits():  # runs in the forked child before exec: only pre-imported, lock-free calls
+            for which, _, value in limits:
+                resource.setrlimit(which, (value, value))
+
+        return argv, set_limits
+
+    def plugin_env(self) -> dict:
+        """The variables that load the outcome plugin, written into this session's folder."""
+        plugin_dir = self.dir / "plugin"
+        if not plugin_dir.exists():
+            plugin_dir.mkdir()
+            (plugin_dir / f"{PLUGIN_NAME}.py").write_text(PLUGIN)
+        # Plugin autoload is off: the host venv's plugins are not the repo's, and loading them costs 0.3 s a run.
+        return {"PYTHONPATH": str(plugin_dir), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+    def hand_over(self, path: Path) -> None:
+        """Give `path` (a tree) to the run's uid: files the host wrote since the last run included."""
         if self.uid is not None:
-            _chown_tree(self.repo, *self.owner)
-        shutil.rmtree(self.dir, ignore_errors=True)
+            _chown_tree(path, self.uid, self.uid)
 
     def run(self, args: list[str], *, timeout_s: float, memory_mb: int, cpu_s: int | None, max_output: int,
             max_procs: int, extra_env: dict | None = None) -> tuple[int, str, bool]:
         env = scrubbed_env(self.dir / "home")
         env.update(extra_env or {})
-        nproc = max_procs if self.mode == "root-ns" else _own_process_count() + max_procs
-        limits = [(resource.RLIMIT_AS, memory_mb * 2**20),
-                  (resource.RLIMIT_CPU, cpu_s or int(timeout_s) + 1),
-                  (resource.RLIMIT_FSIZE, FILE_LIMIT_MB * 2**20),
-                  (resource.RLIMIT_NPROC, nproc),
-                  (resource.RLIMIT_CORE, 0)]
+        argv, preexec = self.command(args, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs)
+        return _run(argv, self.repo, env, preexec, timeout_s, max_output)
 
-        def set_limits():  # runs in the forked child before exec: only pre-imported, lock-free calls
-            for which, value in limits:
-                resource.setrlimit(which, (value, value))
 
-        argv = [*_ns_prefix(self.mode, self.uid), sys.executable, *args]
-        return _run(argv, self.repo, env, set_limits, timeout_s, max_output)
+class _Output:
+    """A child's output, read incrementally and cut to `max_output` bytes (head and tail kept)."""
+
+    def __init__(self, max_output: int):
+        self.half = max_output // 2
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        self.head += chunk[:max(room, 0)]
+        self.tail += chunk[max(room, 0):]
+        if len(self.tail) > self.half:
+            del self.tail[:len(self.tail) - self.half]  # keep only the last `half` bytes
+
+    def text(self, timed_out: bool, timeout_s: float, note: str = "") -> str:
+        out = bytes(self.head)
+        if self.total > len(self.head) + len(self.tail):
+            out += f"\n... [{self.total - len(self.head) - len(self.tail)} bytes of output cut] ...\n".encode()
+        out += bytes(self.tail)
+        if timed_out:
+            out += f"\n[sandbox: killed after {timeout_s:g}s wall-clock timeout]\n".encode()
+        return out.decode("utf-8", "replace") + note
 
 
 def _run(argv, cwd, env, preexec, timeout_s, max_output) -> tuple[int, str, bool]:
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
     deadline = time.monotonic() + timeout_s
-    half = max_output // 2
-    head, tail, total, timed_out = bytearray(), bytearray(), 0, False
+    out, timed_out = _Output(max_output), False
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -263,12 +330,7 @@ def _run(argv, cwd, env, preexec, timeout_s, max_output) -> tuple[int, str, bool
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
-            total += len(chunk)
-            room = half - len(head)
-            head += chunk[:max(room, 0)]
-            tail += chunk[max(room, 0):]
-            if len(tail) > half:
-                del tail[:len(tail) - half]  # keep only the last `half` bytes
+            out.add(chunk)
     try:
         proc.wait(timeout=max(deadline - time.monotonic(), 0))
     except subprocess.TimeoutExpired:  # closed its output but kept running
@@ -276,13 +338,7 @@ def _run(argv, cwd, env, preexec, timeout_s, max_output) -> tuple[int, str, bool
     _kill_group(proc.pid)  # also reaps stragglers a finished child left in its group
     proc.wait()
     proc.stdout.close()
-    out = bytes(head)
-    if total > len(head) + len(tail):
-        out += f"\n... [{total - len(head) - len(tail)} bytes of output cut] ...\n".encode()
-    out += bytes(tail)
-    if timed_out:
-        out += f"\n[sandbox: killed after {timeout_s:g}s wall-clock timeout]\n".encode()
-    return proc.returncode, out.decode("utf-8", "replace"), timed_out
+    return proc.returncode, out.text(timed_out, timeout_s), timed_out
 
 
 def _kill_group(pgid: int) -> None:
@@ -310,27 +366,31 @@ def run_pytest(repo_dir: Path, test_ids: list[str], *, timeout_s: float = 20.0, 
     passes when all its tests do. A requested id that never ran (not collected, timeout,
     crash) maps to False and `error` says why; error is None only when pytest finished
     normally and every requested id ran."""
+    with _Session(repo_dir) as s:
+        env = s.plugin_env()
+        return _pytest_once(s.repo, test_ids, timeout_s, s.dir / "home" / "report.jsonl", lambda args, extra: s.run(
+            ["-m", "pytest", *args], timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_output=max_output,
+            max_procs=max_procs, extra_env={**env, **extra}))
+
+
+def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, report: Path, runner) -> TestRun:
+    """One pytest run through `runner(pytest_args, env) -> (rc, output, timed_out)`, cold or warm alike:
+    the same arguments, the same plugin, the same outcome rules."""
     start = time.monotonic()
-    repo = Path(repo_dir).resolve()
     files = [f for f in dict.fromkeys(t.split("::")[0] for t in test_ids) if _exists_inside(repo, f)]
-    with _Session(repo) as s:
-        plugin_dir = s.dir / "plugin"
-        plugin_dir.mkdir()
-        (plugin_dir / f"{PLUGIN_NAME}.py").write_text(PLUGIN)
-        report = s.dir / "home" / "report.jsonl"
-        # Plugin autoload is off: the host venv's plugins are not the repo's, and loading them costs 0.3 s a run.
-        env = {"PYTHONPATH": str(plugin_dir), "COMPOSER_SANDBOX_REPORT": str(report),
-               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        if test_ids:
-            env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
-        args = ["-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN_NAME, "-q", "-rfE", "--tb=short",
-                "--color=no", f"--rootdir={repo}", *files]
-        if test_ids and not files:
-            rc, output, timed_out = 5, "none of the requested test files exist\n", False
-        else:
-            rc, output, timed_out = s.run(args, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s,
-                                          max_output=max_output, max_procs=max_procs, extra_env=env)
-        observed = _read_report(report)
+    env = {"COMPOSER_SANDBOX_REPORT": str(report)}
+    if test_ids:
+        env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
+    args = ["-p", "no:cacheprovider", "-p", PLUGIN_NAME, "-q", "-rfE", "--tb=short", "--color=no",
+            f"--rootdir={repo}", *files]
+    if test_ids and not files:
+        rc, output, timed_out = 5, "none of the requested test files exist\n", False
+    else:
+        rc, output, timed_out = runner(args, env)
+    return _test_run(test_ids, _read_report(report), rc, output, timed_out, timeout_s, start)
+
+
+def _test_run(test_ids, observed, rc, output, timed_out, timeout_s, start) -> TestRun:
     outcomes = {t: _outcome(observed, t) for t in test_ids} if test_ids else observed
     missing = [t for t, ok in outcomes.items() if ok is None]
     outcomes = {t: bool(ok) for t, ok in outcomes.items()}
@@ -385,6 +445,358 @@ def _read_report(path: Path, limit: int = 8 << 20) -> dict[str, bool]:
         if when == "call":
             called[nodeid] = outcome == "passed" or (outcome == "skipped" and xfail)
     return {n: ok and n not in failed for n, ok in called.items()}
+
+
+# --- the warm worker -----------------------------------------------------------------------
+
+# The worker's server: init (pid 1) of its own PID namespace, inside the same sandbox as a cold run. It
+# imports pytest once, then per request forks a child that runs pytest.main in the repo and exits. The child
+# starts from a process that never imported a module of the repo, so the task's code is imported fresh
+# every run (and no .pyc is ever written: PYTHONDONTWRITEBYTECODE). After each child, SIGKILL to -1 (from
+# a namespace's init: every other process of the namespace) and reaping leave nothing running between runs.
+ZYGOTE = r"""
+import ctypes, gc, importlib, json, os, random, signal, sys, tempfile, time, traceback
+PR_SET_DUMPABLE = 4
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+# Not dumpable: a run (same uid) can then neither ptrace this process nor read its /proc/1/mem or fds, so
+# it cannot take over the server that kills it; it cannot signal it either (init of its namespace).
+if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    sys.exit("cannot make the server undumpable")
+del sys.path[0]  # the repo: preload only the host's pytest, never a module of the repo
+import pytest
+from _pytest.config import default_plugins
+# What pytest.main would otherwise import on every run: once here instead.
+for name in [*("_pytest." + p for p in default_plugins), "_pytest._argcomplete", "faulthandler", "pdb", "tomllib"]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+replies = os.fdopen(int(sys.argv[1]), "w")
+
+
+def reap_all():
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.001)  # a child is still dying (or was forked during the kill): kill again
+
+
+def child(request):
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a cold run is
+    os.close(replies.fileno())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
+    random.seed()
+    importlib.invalidate_caches()
+    sys.path.insert(0, os.getcwd())  # what `python -m pytest` puts first
+    sys.argv = [pytest.__file__, *request["args"]]
+    try:
+        rc = int(pytest.main(request["args"]))
+    except BaseException:
+        traceback.print_exc()
+        rc = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+gc.freeze()  # the preloaded heap: out of every child's gc.collect (pytest runs it at exit) and its copy-on-write
+here = os.path.realpath(os.getcwd()) + os.sep
+inside = [n for n, m in list(sys.modules.items()) if os.path.realpath(getattr(m, "__file__", None) or "/").startswith(here)]
+replies.write(json.dumps({"ready": sorted({m.split(".")[0] for m in sys.modules}), "inside": sorted(inside)}) + "\n")
+replies.flush()
+while line := sys.stdin.readline():
+    pid = os.fork()
+    if pid == 0:
+        child(json.loads(line))
+    status = os.waitpid(pid, 0)[1]
+    reap_all()
+    replies.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.flush()
+"""
+
+
+class _WorkerDied(Exception):
+    """The server did not start, or died between runs."""
+
+
+class _Server:
+    """The running server process of a PytestWorker, and the session (scratch folder, uid) it runs in."""
+
+    def __init__(self, session: "_Session", limits: dict, start_timeout_s: float):
+        self.session = session
+        env = {**scrubbed_env(session.dir / "home"), **session.plugin_env()}
+        read, write = os.pipe()
+        argv, preexec = session.command(["-c", ZYGOTE, str(write)], **limits)
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=session.repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write,), preexec_fn=preexec)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self.replies, self.pending, self.init = read, b"", None
+        out = _Output(4000)
+        ready = self.reply(out, time.monotonic() + start_timeout_s)
+        if ready is None or "ready" not in ready:
+            self.close()
+            raise _WorkerDied(f"the pytest worker did not start: {out.text(False, 0).strip()[-2000:]!r}")
+        self.preloaded = frozenset(ready["ready"])
+        self.inside = list(ready.get("inside", []))  # preloaded from the repo itself (e.g. an editable install)
+        self.init = _child_pidfd(self.proc.pid)  # the server itself, under unshare: what close() kills first
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def reply(self, out: _Output, deadline: float) -> dict | None:
+        """The next reply line, while collecting the output into `out`; None at the deadline or when it died."""
+        fds = {self.proc.stdout.fileno(): "out", self.replies: "reply"}
+        with selectors.DefaultSelector() as sel:
+            for fd in fds:
+                sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self.pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if fds[key.fd] == "out" and chunk:
+                        out.add(chunk)
+                    elif fds[key.fd] == "reply":
+                        if not chunk:
+                            return None
+                        self.pending += chunk
+                    else:
+                        sel.unregister(key.fd)
+            self._drain(out)  # the child has exited: what it wrote is all in the pipe by now
+        line, self.pending = self.pending.split(b"\n", 1)
+        try:
+            return dict(json.loads(line))
+        except (ValueError, TypeError):  # not what the server writes: treat it as dead
+            return None
+
+    def _drain(self, out: _Output) -> None:
+        fd = self.proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                out.add(chunk)
+        except BlockingIOError:
+            pass
+        finally:
+            os.set_blocking(fd, True)
+
+    def request(self, args: list[str], env: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps({"args": args, "env": env}) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as e:  # BrokenPipeError: it died since the last run
+            raise _WorkerDied(str(e)) from None
+
+    def close(self) -> None:
+        """Kill it and wait until its PID namespace is empty; close the pipes; the session stays open."""
+        # The server first: unshare reaps it and exits, and a namespace's init is reapable only once every
+        # other process of the namespace is gone, so unshare's exit means nothing of the run is left.
+        # (Killing unshare first would leave the dying server to the host's init, gone "soon".)
+        if self.init is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.init, signal.SIGKILL)
+            os.close(self.init)
+            self.init = None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+        with contextlib.suppress(OSError):
+            os.close(self.replies)
+
+
+def _child_pidfd(pid: int) -> int | None:
+    """A pidfd (immune to pid reuse) of the only child of `pid`, None when that cannot be had."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return os.pidfd_open(int(children[0])) if len(children) == 1 else None
+    except (OSError, ValueError, AttributeError):  # no such file, gone, or no pidfd_open on this OS
+        return None
+
+
+class _WorkerState:
+    """What a PytestWorker holds outside itself, so a finalizer can release it without the worker."""
+
+    def __init__(self):
+        self.session: _Session | None = None
+        self.server: _Server | None = None
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    def close(self) -> None:
+        self.stop_server()
+        if self.session is not None:
+            with contextlib.suppress(OSError):  # the repo may be gone already
+                self.session.__exit__(None, None, None)
+            self.session = None
+
+
+class PytestWorker:
+    """A warm pytest for one repo copy (one episode): run_pytest's results without its start-up cost.
+
+        worker = sandbox.PytestWorker(repo, timeout_s=20)
+        run = worker.run(["tests/test_ops.py::test_mean_1"])  # a TestRun, exactly as run_pytest returns
+        worker.pid            # the server's pid while it runs (None before the first run and after close)
+        worker.fallback       # None, or why runs go through cold run_pytest instead
+        worker.close()        # also on garbage collection; `with sandbox.PytestWorker(repo) as w:` works
+
+    The first run starts a server in the same sandbox as a cold run (namespaces, unprivileged uid,
+    rlimits, scrubbed environment: see the module docstring), which imports pytest once. Each run
+    forks a child of it that runs pytest on the ids, so the repo's own modules are imported afresh
+    and edits between runs are seen. Every limit holds per run: the child inherits the rlimits (its
+    CPU time starts at zero), its output is read and cut as in a cold run, and when it ends every other
+    process of the namespace is killed. A run that passes the wall-clock timeout kills the whole server
+    (reported as a cold run reports it); the next run starts a new one. Differences from run_pytest: one
+    uid, scratch folder and HOME for the worker's life (each run gets a fresh HOME/TMPDIR inside it, but
+    /tmp and the repo keep what runs wrote, as with successive cold runs), and the repo stays handed to
+    that uid until close. A run cannot signal the server (init of its namespace) nor, in "root-ns" mode,
+    ptrace it or read its memory (it is undumpable); in "user-ns" mode a run holds every capability
+    of its user namespace and could. Use it for the agent's own test runs, never for grading: a run
+    can leave files (a conftest.py, a patched plugin) that alter the next runs, as with cold runs.
+
+    Falls back to cold run_pytest (and says why in `fallback`) where the server cannot work: in
+    "plain" isolation mode (no PID namespace, so nothing contains the per-run kill), when it does not
+    start, or when the server preloaded a module of the repo (a top-level module of the same name, or
+    one loaded from the repo's files, e.g. pytest-dev/pytest installed in editable mode): a child
+    would run against that stale copy.
+    One run at a time per worker (a lock), one worker per repo copy, like run_pytest.
+    """
+
+    def __init__(self, repo_dir: Path, *, timeout_s: float = 20.0, memory_mb: int = 1024, cpu_s: int | None = None,
+                 max_output: int = 20_000, max_procs: int = 64, start_timeout_s: float = 30.0):
+        self.repo = Path(repo_dir).resolve()
+        if not self.repo.is_dir():
+            raise SandboxError(f"not a directory: {repo_dir}")
+        if timeout_s <= 0 or max_output <= 0 or max_procs <= 0 or memory_mb <= 0:
+            raise SandboxError("timeout_s, memory_mb, max_output and max_procs must be positive")
+        self.timeout_s, self.max_output, self.start_timeout_s = timeout_s, max_output, start_timeout_s
+        self.limits = dict(timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs)
+        self.fallback = None if _mode() != "plain" else "plain isolation mode: no PID namespace to contain a run"
+        self.starts = 0  # servers started so far (a timeout costs a restart)
+        self._runs = itertools.count()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._state = _WorkerState()
+        self._finalizer = weakref.finalize(self, self._state.close)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        server = self._state.server
+        return server.proc.pid if server is not None and server.alive() else None
+
+    def run(self, test_ids: list[str]) -> TestRun:
+        """pytest on `test_ids` (all collected tests when empty), as run_pytest(repo, test_ids, **limits)."""
+        if not isinstance(test_ids, (list, tuple)) or not all(isinstance(t, str) for t in test_ids):
+            raise SandboxError(f"test_ids must be a list of strings, got {test_ids!r}")
+        with self._lock:
+            if self._closed:
+                raise SandboxError("this PytestWorker is closed")
+            if self.fallback is None:
+                try:
+                    return self._warm(list(test_ids))
+                except _WorkerDied as e:  # a server that will not start: no point trying again each run
+                    self._go_cold(str(e))
+            return self._cold(test_ids)
+
+    def close(self) -> None:
+        """Kill the server and hand the repo back to its owner; idempotent."""
+        with self._lock:
+            self._closed = True
+            self._finalizer()
+
+    # --- internals ---
+
+    def _cold(self, test_ids) -> TestRun:
+        return run_pytest(self.repo, list(test_ids), max_output=self.max_output, **self.limits)
+
+    def _go_cold(self, why: str) -> None:
+        self.fallback = why
+        self._state.close()  # hand the repo back before cold runs take it over
+
+    def _server(self) -> _Server:
+        state = self._state
+        if state.server is not None and not state.server.alive():
+            state.stop_server()
+        if state.server is None:
+            if state.session is None:
+                state.session = _Session(self.repo).__enter__()
+            state.server = _Server(state.session, self.limits, self.start_timeout_s)
+            self.starts += 1
+        return state.server
+
+    def _shadowed(self, server: _Server) -> list[str]:
+        """Modules of the repo that the server has preloaded, so a child would not import them afresh: its
+        top-level modules and packages (first on sys.path in a cold run) and any preloaded from its files."""
+        names = {p.name.removesuffix(".py") for p in self.repo.iterdir()
+                 if p.suffix == ".py" or (p / "__init__.py").is_file()}
+        return sorted(names & server.preloaded) + server.inside
+
+    def _warm(self, test_ids: list[str]) -> TestRun:
+        server = self._server()
+        clash = self._shadowed(server)
+        if clash:
+            raise _WorkerDied(f"the worker preloaded modules that the repo has: {', '.join(clash[:5])}")
+        session = server.session
+        run_dir = session.dir / f"run-{next(self._runs)}"  # a fresh HOME and TMPDIR per run
+        run_dir.mkdir()
+        session.hand_over(session.repo)
+        session.hand_over(run_dir)
+        try:
+            return _pytest_once(self.repo, test_ids, self.timeout_s, run_dir / "report.jsonl",
+                                lambda args, env: self._exchange(server, args, {**env, "HOME": str(run_dir),
+                                                                               "TMPDIR": str(run_dir)}))
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _exchange(self, server: _Server, args: list[str], env: dict) -> tuple[int, str, bool]:
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            server.request(args, env)
+        except _WorkerDied:  # it died since the last run (it checked alive just now: a rare race)
+            self._state.stop_server()
+            return -signal.SIGKILL, "[sandbox: the pytest worker died before the run; it restarts]\n", False
+        out = _Output(self.max_output)
+        try:
+            reply = server.reply(out, deadline)
+        except BaseException:  # e.g. KeyboardInterrupt: its late reply must not pass for the next run's
+            self._state.stop_server()
+            raise
+        if reply is not None and type(reply.get("rc")) is int:
+            return reply["rc"], out.text(False, self.timeout_s), False
+        timed_out = time.monotonic() >= deadline
+        self._state.stop_server()  # hung (or died): its whole namespace goes; the next run starts a new one
+        rc = -signal.SIGKILL if timed_out else server.proc.returncode
+        note = "" if timed_out else f"\n[sandbox: the pytest worker died ({rc})]\n"
+        return rc, out.text(timed_out, self.timeout_s, note), timed_out
 
 
 # --- paths and patches ---------------------------------------------------------------------
