@@ -27,7 +27,8 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## Create .venv (if missing) and install the project
 
-reports: install ## Run every spike at report scale (offline, CPU) and write reports/
+reports: install ## Train (or load) the offline zoo, then run every spike at report scale and write reports/
+	$(PY) -m composer zoo --profile report
 	$(PY) -m composer run all --profile report
 
 test: install ## Run the whole test suite, notebook smoke runs included

@@ -5,6 +5,7 @@
     python -m composer bench NAME [ARGS ...]       # a benchmark in composer/bench/
     python -m composer serve --model student=PATH  # a local OpenAI-compatible server
     python -m composer serve-env --tasks 20        # the coding environment over HTTP/WebSocket (OpenEnv)
+    python -m composer zoo --profile report        # train or load the tiny student and 3 teachers; pass@1 table
 """
 
 import argparse
@@ -78,6 +79,9 @@ def main(argv=None) -> int:
     commands.add_parser("serve-env", help="serve the coding environment over HTTP/WebSocket (OpenEnv)",
                         add_help=False)
 
+    commands.add_parser("zoo", help="train (or load from the cache) the tiny student and teachers; print pass@1",
+                        add_help=False)
+
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:
         from composer import serve  # imports torch and uvicorn: only for this command
@@ -87,6 +91,10 @@ def main(argv=None) -> int:
         from composer.env import server
 
         return server.main(argv[1:])
+    if argv[:1] == ["zoo"]:
+        from composer import zoo
+
+        return zoo.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench(args.name, args.args)

@@ -22,10 +22,11 @@ and a tool message as a user turn holding `<tool_response>...</tool_response>`. 
 always prompted with that canonical rendering, so what it reads at evaluation is byte for byte
 what it was trained on (composer.zoo), and what an RL trainer will show it.
 
-The expert (`demonstrate`) needs only the gold patch: search for the edited function, run the
-tests, view the function, replace the changed line range with the gold text, re-run the tests,
-submit. `Noise` makes it human: an extra exploratory step, a plausible wrong first edit that the
-failing test run then corrects, or a submit without re-running the tests.
+The expert (`demonstrate`) needs only the gold patch: run the tests, view the file, rewrite the
+whole function (or class) that holds the bug with its fixed text (`gold_fix`), re-run the tests,
+submit. `Noise` makes it human: an extra exploratory step (search for the function and view just
+it, or list the package first), a plausible wrong first edit (a slip in a line the fix changes)
+that the failing test run then corrects, or a submit without re-running the tests.
 """
 
 import ast
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from composer.env.environment import CodingAction, CodingEnv, EnvConfig, tool_schemas
+from composer.env.environment import CodingAction, CodingEnv, EnvConfig, gold_edits, tool_schemas
 
 SYSTEM = ("You are a coding agent in a Python repository. Fix the reported bug with the tools: "
           "one tool call per turn; submit when the tests pass.")
@@ -106,59 +107,58 @@ class Noise:
     skip_rerun: float = 0.0  # submit right after the fix, without re-running the tests
 
 
-def gold_fix(instance: dict) -> list[dict]:
-    """The gold patch as minimal edit() arguments: each hunk's context lines stripped, so an edit replaces only
-    the lines that change (a pure insertion has end = start - 1). Last hunk first, so line numbers stay valid."""
-    edits, path = [], None
-    for line in instance["patch"].splitlines(keepends=True):
-        if line.startswith("+++ "):
-            path = line[4:].strip().split("/", 1)[1]
-        elif line.startswith("@@"):
-            start = int(line.split()[1][1:].split(",")[0])
-            edits.append({"path": path, "start": start, "old": [], "new": []})
-        elif edits and line[:1] in (" ", "-", "+"):
-            hunk = edits[-1]
-            if line[0] in " -":
-                hunk["old"].append(line[1:])
-            if line[0] in " +":
-                hunk["new"].append(line[1:])
-    out = []
-    for h in edits:
-        old, new, start = h["old"], h["new"], h["start"]
-        while old and new and old[0] == new[0]:
-            old, new, start = old[1:], new[1:], start + 1
-        while old and new and old[-1] == new[-1]:
-            old, new = old[:-1], new[:-1]
-        # new_text before the line numbers: a small model then finds the line by matching the text it just
-        # wrote against the numbered view, instead of having to know the number first.
-        out.append({"path": h["path"], "new_text": "".join(new), "start": start, "end": start + len(old) - 1})
-    return sorted(out, key=lambda e: (e["path"], e["start"]), reverse=True)
+def _units(source: str) -> list[tuple[str, str, int, int]]:
+    """(keyword, name, first line, last line) of every top-level def/class of a module."""
+    return [("class" if isinstance(n, ast.ClassDef) else "def", n.name, n.lineno, n.end_lineno)
+            for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
 
 
-def _enclosing_unit(source: str, line: int) -> tuple[str, str, int, int]:
-    """(keyword, name, first line, last line) of the top-level def/class holding `line` (an insertion point
-    right after a unit counts as inside it)."""
-    best = None
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.lineno <= line <= node.end_lineno + 1:
-            best = ("class" if isinstance(node, ast.ClassDef) else "def", node.name, node.lineno, node.end_lineno)
-    if best is None:
-        raise ValueError(f"line {line} is in no top-level function or class")
-    return best
+def _apply(source: str, edits: list[dict]) -> str:
+    lines = source.splitlines(keepends=True)
+    for e in edits:  # last first, so earlier line numbers stay valid
+        lines[e["start"] - 1:e["end"]] = e["new_text"].splitlines(keepends=True)
+    return "".join(lines)
 
 
-# A wrong first edit: the gold line with one operator or digit changed, the kind of slip a human makes.
+def gold_fix(instance: dict, source: str) -> dict:
+    """The gold patch as one edit() of the buggy module `source`: the whole top-level function or class that
+    holds the bug, replaced by its fixed text.
+
+    Rewriting the unit rather than the one changed line is how the expert works because it is what a
+    tiny model can learn: the line numbers come from the view it just read (the unit's first and last
+    line), and the text is the function as the model knows it, with no need to spot which line differs."""
+    edits = gold_edits(instance)
+    if len({e["path"] for e in edits}) != 1:
+        raise ValueError(f"{instance['instance_id']}: the gold patch edits more than one file")
+    fixed = _apply(source, edits).splitlines(keepends=True)
+    buggy = {name: (first, last) for _, name, first, last in _units(source)}
+    touched = [(kind, name, first, last) for kind, name, first, last in _units("".join(fixed))
+               if name in buggy and "".join(fixed[first - 1:last]) != "".join(
+                   source.splitlines(keepends=True)[buggy[name][0] - 1:buggy[name][1]])]
+    if len(touched) != 1:
+        raise ValueError(f"{instance['instance_id']}: the gold patch changes {len(touched)} top-level units, not 1")
+    _, name, first, last = touched[0]
+    return {"path": edits[0]["path"], "start": buggy[name][0], "end": buggy[name][1],
+            "new_text": "".join(fixed[first - 1:last])}
+
+
+# A wrong first edit: the fixed unit with one operator or digit changed, the kind of slip a human makes.
 SLIPS = [(r"<=", "<"), (r"(?<![<>=!])<(?!=)", "<="), (r">=", ">"), (r"(?<![<>=!-])>(?!=)", ">="),
          (r"==", "!="), (r"!=", "=="), (r" \+ ", " - "), (r" - ", " + "), (r" \* ", " + "), (r"\b1\b", "2"),
          (r"\b0\b", "1"), (r"\b2\b", "1")]
 
 
-def _slip(text: str, rng: random.Random) -> str | None:
+def _slip(fixed: str, buggy: str, rng: random.Random) -> str | None:
+    """`fixed` with one slip in a line the fix changed (a wrong fix of the bug, not a typo elsewhere)."""
+    lines, old = fixed.splitlines(keepends=True), set(buggy.splitlines(keepends=True))
     options = []
-    for pattern, repl in SLIPS:
-        for m in re.finditer(pattern, text):
-            options.append(text[:m.start()] + repl + text[m.end():])
-    options = [o for o in options if o != text]
+    for i, line in enumerate(lines):
+        if line in old:
+            continue
+        for pattern, repl in SLIPS:
+            for m in re.finditer(pattern, line):
+                options.append("".join(lines[:i]) + line[:m.start()] + repl + line[m.end():] + "".join(lines[i + 1:]))
+    options = [o for o in options if o != fixed]
     return rng.choice(options) if options else None
 
 
@@ -175,30 +175,29 @@ def demonstrate(env: CodingEnv, instance: dict, *, noise: Noise = Noise(), seed:
         messages.extend([tool_call_message(name, args, call_id), tool_message(obs.text, call_id, name)])
         return obs
 
-    fixes = gold_fix(instance)
-    path = fixes[-1]["path"]  # the first hunk: where the bug is
+    path = gold_edits(instance)[0]["path"]
+    source = (env.repo / path).read_text()
+    fix = gold_fix(instance, source)
     act("run_tests")
     if rng.random() < noise.explore:
         if rng.random() < 0.5:  # look the function up, then read just it
-            kind, unit, first, last = _enclosing_unit((env.repo / path).read_text(), fixes[-1]["start"])
+            kind, unit = next((k, n) for k, n, first, _ in _units(source) if first == fix["start"])
             act("search", pattern=f"{kind} {unit}", path=path)
-            act("view", path=path, start=first, end=last)
+            act("view", path=path, start=fix["start"], end=fix["end"])
         else:  # look around the package first
             act("list_files", path=path.rsplit("/", 1)[0])
             act("view", path=path)
     else:
         act("view", path=path)
-    wrong = _slip(fixes[-1]["new_text"], rng) if len(fixes) == 1 and fixes[0]["new_text"] else None
+    wrong = _slip(fix["new_text"], "".join(source.splitlines(keepends=True)[fix["start"] - 1:fix["end"]]), rng)
     if wrong is not None and rng.random() < noise.wrong_edit:
-        act("edit", path=path, new_text=wrong, start=fixes[0]["start"], end=fixes[0]["end"])
-        n_new = len(fixes[0]["new_text"].splitlines())
+        act("edit", path=path, new_text=wrong, start=fix["start"], end=fix["end"])
         outcomes = act("run_tests").info.tests or {}
         if not all(outcomes.values()):  # the slip failed: put the right text over it
-            act("edit", path=path, new_text=fixes[0]["new_text"], start=fixes[0]["start"],
-                end=fixes[0]["start"] + n_new - 1)
+            act("edit", path=path, new_text=fix["new_text"], start=fix["start"],
+                end=fix["start"] + len(wrong.splitlines()) - 1)
     else:
-        for fix in fixes:
-            act("edit", **fix)
+        act("edit", path=path, new_text=fix["new_text"], start=fix["start"], end=fix["end"])
     if rng.random() >= noise.skip_rerun:
         act("run_tests")
     obs = act("submit")

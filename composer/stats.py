@@ -386,3 +386,104 @@ def binomial_test(successes, n, p=0.5, alternative="greater", *, confidence=0.95
     ci = res.proportion_ci(confidence_level=confidence, method="wilson")
     return dict(p_value=float(res.pvalue), estimate=float(res.statistic),
                 ci_low=float(ci.low), ci_high=float(ci.high))
+
+
+# -----------------------------------------------------------------------------
+# Divergences between discrete distributions, and AUROC (spike 003's statistics)
+
+
+def _as_distribution(p, name):
+    x = _as_finite_array(p, name, ndim=1)
+    if np.any(x < 0):
+        raise ValueError(f"{name} has negative entries")
+    total = x.sum()
+    if not total > 0:
+        raise ValueError(f"{name} sums to 0")
+    return x / total
+
+
+def entropy(p, *, base=math.e):
+    """Shannon entropy -sum p log p of a discrete distribution (normalized first; 0 log 0 = 0)."""
+    x = _as_distribution(p, "p")
+    nz = x[x > 0]
+    return float(-(nz * np.log(nz)).sum() / math.log(base))
+
+
+def kl_divergence(p, q, *, base=math.e):
+    """KL(p || q) = sum p log(p / q) over a shared support (both normalized first); inf when q is 0 where p
+    is not. Smooth the inputs (e.g. add a pseudo-count) before calling if that is not wanted."""
+    x, y = _as_distribution(p, "p"), _as_distribution(q, "q")
+    if x.size != y.size:
+        raise ValueError(f"p and q must have the same support size, got {x.size} and {y.size}")
+    mask = x > 0
+    if np.any(y[mask] == 0):
+        return math.inf
+    return float((x[mask] * np.log(x[mask] / y[mask])).sum() / math.log(base))
+
+
+def generalized_js_divergence(distributions, weights=None, *, base=math.e):
+    """Generalized Jensen-Shannon divergence of N distributions over a shared support:
+    H(sum_i w_i P_i) - sum_i w_i H(P_i), with equal weights by default.
+
+    `distributions` is N x K (one row per distribution, each normalized first). It is 0 when all rows
+    agree and at most log(N) (in `base`; reached by N distributions with disjoint supports and equal
+    weights). With N = 2 it is the ordinary JS divergence."""
+    x = _as_finite_array(distributions, "distributions", ndim=2)
+    rows = np.stack([_as_distribution(row, f"distributions[{i}]") for i, row in enumerate(x)])
+    if weights is None:
+        w = np.full(len(rows), 1 / len(rows))
+    else:
+        w = _as_distribution(weights, "weights")
+        if w.size != len(rows):
+            raise ValueError(f"weights has {w.size} entries for {len(rows)} distributions")
+    mixture = w @ rows
+    value = entropy(mixture, base=base) - sum(wi * entropy(r, base=base) for wi, r in zip(w, rows))
+    return max(0.0, float(value))  # rounding can leave -1e-17
+
+
+def js_divergence(p, q, *, base=math.e):
+    """Jensen-Shannon divergence of two distributions: generalized_js_divergence([p, q])."""
+    x, y = _as_distribution(p, "p"), _as_distribution(q, "q")
+    if x.size != y.size:
+        raise ValueError(f"p and q must have the same support size, got {x.size} and {y.size}")
+    return generalized_js_divergence(np.stack([x, y]), base=base)
+
+
+def auroc(positives, negatives):
+    """Area under the ROC curve of scores: P(a positive scores above a negative) + 0.5 P(tie), i.e. the
+    Mann-Whitney U statistic of `positives` divided by n_pos * n_neg."""
+    x = _as_finite_array(positives, "positives", ndim=1)
+    y = _as_finite_array(negatives, "negatives", ndim=1)
+    u = scipy.stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic").statistic
+    return float(u / (x.size * y.size))
+
+
+def _auroc_statistic(a, b, axis=-1):
+    """U / (n_a n_b) from mid-ranks of the pooled sample (ties count one half), vectorized along `axis`."""
+    a, b = np.moveaxis(a, axis, -1), np.moveaxis(b, axis, -1)
+    na, nb = a.shape[-1], b.shape[-1]
+    ranks = scipy.stats.rankdata(np.concatenate([a, b], axis=-1), axis=-1)
+    return (ranks[..., :na].sum(axis=-1) - na * (na + 1) / 2) / (na * nb)
+
+
+def auroc_ci(positives, negatives, *, confidence=0.95, n_resamples=2000, method="BCa", seed=0):
+    """`auroc` with a bootstrap interval that resamples positives and negatives independently (two
+    samples, scipy.stats.bootstrap with paired=False); method as in `bootstrap_ci`, including the
+    percentile fallback and the "degenerate" case (every resample gives the same AUROC: all positives
+    above all negatives, or all scores equal).
+
+    Returns:
+        CI with estimate = auroc(positives, negatives), n = n_pos + n_neg.
+    """
+    _check_unit_interval(confidence, "confidence")
+    x = _as_finite_array(positives, "positives", ndim=1)
+    y = _as_finite_array(negatives, "negatives", ndim=1)
+    if x.size < 2 or y.size < 2:
+        raise ValueError(f"auroc_ci needs at least 2 positives and 2 negatives, got {x.size} and {y.size}")
+    estimate = auroc(x, y)
+    if x.min() > y.max() or x.max() < y.min() or (np.all(x == x[0]) and np.all(y == x[0])):
+        return _make_ci(estimate, estimate, estimate, confidence, "degenerate", x.size + y.size)
+
+    low, high, used = _scipy_bootstrap((x, y), _auroc_statistic, paired=False, confidence=confidence,
+                                       n_resamples=n_resamples, method=method, seed=seed)
+    return _make_ci(estimate, low, high, confidence, used, x.size + y.size)

@@ -174,36 +174,39 @@ def test_child_writes_only_its_repo_and_ownership_is_restored(repo, tmp_path):
 # --- pytest outcomes ------------------------------------------------------------------------
 
 
+RICH = """
+    import pytest
+
+    @pytest.fixture
+    def broken():
+        raise RuntimeError("fixture")
+
+    def test_pass():
+        assert 1 + 1 == 2
+
+    def test_fail():
+        assert 1 + 1 == 3
+
+    def test_error(broken):
+        pass
+
+    @pytest.mark.skip
+    def test_skip():
+        pass
+
+    @pytest.mark.xfail
+    def test_xfail():
+        assert False
+
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_param(n):
+        assert n == 1
+"""
+
+
 def test_run_pytest_reports_each_node_id(repo):
     (repo / "tests").mkdir()
-    (repo / "tests" / "test_x.py").write_text(textwrap.dedent("""
-        import pytest
-
-        @pytest.fixture
-        def broken():
-            raise RuntimeError("fixture")
-
-        def test_pass():
-            assert 1 + 1 == 2
-
-        def test_fail():
-            assert 1 + 1 == 3
-
-        def test_error(broken):
-            pass
-
-        @pytest.mark.skip
-        def test_skip():
-            pass
-
-        @pytest.mark.xfail
-        def test_xfail():
-            assert False
-
-        @pytest.mark.parametrize("n", [1, 2])
-        def test_param(n):
-            assert n == 1
-    """))
+    (repo / "tests" / "test_x.py").write_text(textwrap.dedent(RICH))
     run = sandbox.run_pytest(repo, [])
     assert run.error is None and run.returncode == 1 and not run.timed_out
     assert run.outcomes == {
@@ -359,34 +362,6 @@ def test_worker_sees_edits_and_new_files_and_keeps_no_state_between_runs(repo, w
     assert not list(repo.rglob("__pycache__")) and not list(repo.rglob("*.pyc"))
 
 
-RICH = """
-    import pytest
-
-    @pytest.fixture
-    def broken():
-        raise RuntimeError("fixture")
-
-    def test_pass():
-        assert 1 + 1 == 2
-
-    def test_fail():
-        assert 1 + 1 == 3
-
-    def test_error(broken):
-        pass
-
-    @pytest.mark.skip
-    def test_skip():
-        pass
-
-    @pytest.mark.xfail
-    def test_xfail():
-        assert False
-
-    @pytest.mark.parametrize("n", [1, 2])
-    def test_param(n):
-        assert n == 1
-"""
 
 
 @needs_ns

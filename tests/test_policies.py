@@ -20,12 +20,7 @@ from composer.env.environment import CodingEnv, EnvConfig
 from composer.models import build_tokenizer, load_model, tiny_model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COMPOSER_CACHE", str(tmp_path_factory.mktemp("cache")))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +46,31 @@ def test_expert_solves_tasks_by_the_short_route(env, records):
         messages, reward, info = policies.demonstrate(env, record, seed=i)
         assert reward == 1.0 and info["submitted"], record["instance_id"]
         assert [name for name, _ in policies.tool_calls(messages)] == ["run_tests", "view", "edit", "run_tests", "submit"]
-        fix = policies.gold_fix(record)[0]
-        assert fix["end"] - fix["start"] <= 1 and len(fix["new_text"].splitlines()) <= 3  # local, not the hunk
+        edit = policies.tool_calls(messages)[2][1]
+        source = messages[5]["content"].split("\n", 1)[1]  # the view: "path (lines ...)" then numbered lines
+        first = source.splitlines()[edit["start"] - 1].split("| ", 1)[1]
+        assert first.startswith(("def ", "class ")) and edit["new_text"].startswith(first.split("(")[0])  # a whole unit
+
+
+def test_gold_fix_rewrites_the_one_unit_the_patch_touches(env, records):
+    for record in records:
+        env.reset(instance=record)
+        path = policies.gold_edits(record)[0]["path"]
+        source = (env.repo / path).read_text()
+        fix = policies.gold_fix(record, source)
+        assert policies._apply(source, [fix]) == policies._apply(source, policies.gold_edits(record))
+        assert fix["new_text"].startswith(("def ", "class ")) and fix["end"] > fix["start"]
+
+
+def test_gold_fix_refuses_a_patch_across_two_units():
+    source = "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
+    patch = ("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,6 +1,6 @@\n def f():\n-    return 1\n+    return 3\n"
+             " \n \n def g():\n-    return 2\n+    return 4\n")
+    with pytest.raises(ValueError, match="2 top-level units"):
+        policies.gold_fix({"instance_id": "x", "patch": patch}, source)
+    one = patch.replace("-    return 2\n+    return 4\n", "     return 2\n")
+    assert policies.gold_fix({"instance_id": "x", "patch": one}, source) == {
+        "path": "m.py", "start": 1, "end": 2, "new_text": "def f():\n    return 3\n"}
 
 
 def test_noisy_expert_takes_detours_and_still_submits(env, records):

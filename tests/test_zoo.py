@@ -14,12 +14,7 @@ from composer import policies, zoo
 from composer.models import build_tokenizer, load_model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COMPOSER_CACHE", str(tmp_path_factory.mktemp("cache")))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 @pytest.fixture(scope="module")

@@ -526,9 +526,12 @@ def env_reward(environments: list[TRLCodingEnv], **kwargs) -> list[float]:
 
 
 def tool_schemas() -> list[dict]:
-    """The OpenAI-style JSON schemas of the tools, as TRL renders them into the prompt (via transformers)."""
+    """The OpenAI-style JSON schemas of the tools, as TRL renders them into the prompt (via transformers).
+
+    In TRL's order, by name (it lists the factory's methods with inspect.getmembers): a model trained on
+    one order of the tool block and prompted with another during GRPO would read a different system turn."""
     env = TRLCodingEnv()
-    return [get_json_schema(getattr(env, name)) for name in TOOLS]
+    return [get_json_schema(getattr(env, name)) for name in sorted(TOOLS)]
 
 
 def gold_edits(instance: dict) -> list[dict]:

@@ -996,6 +996,14 @@ def _module_text(module: str, units: dict[str, str]) -> str:
     return f'"""{LIBRARY[module][1]}"""\n\n\n' + "\n\n\n".join(units.values()) + "\n"
 
 
+def library_sources() -> dict[str, str]:
+    """{"package/module.py": correct source} of every library module, laid out as a task repo lays it out.
+
+    The code every task is cut from, without bugs: the offline models' stand-in for the code a real
+    base model saw in pretraining (composer.zoo). Tasks differ from it by their one injected bug."""
+    return {f"{pkg}/{m}.py": _module_text(m, _units(m)) for m, (pkg, _, _, _) in LIBRARY.items()}
+
+
 def _test_file(pkg: str, module: str, units: list[str]) -> tuple[str, dict]:
     funcs, cases, uses_raises = [], {}, False
     for unit in units:

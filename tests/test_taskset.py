@@ -1,0 +1,175 @@
+"""composer.env.taskset: the embedded environment as a verifiers v1 taskset (no rollouts here; see test_prime.py).
+
+    .venv/bin/pytest tests/test_taskset.py
+"""
+
+import asyncio
+
+import pytest
+import verifiers.v1 as vf
+
+from composer import policies
+from composer.env import environment as envlib
+from composer.env import tasks
+from composer.env import taskset as cts
+
+
+@pytest.fixture(scope="module")
+def records():
+    return tasks.generate(2, seed=0, split="test", difficulty=tasks.Difficulty(n_functions=1))
+
+
+def test_the_plugin_id_resolves_to_this_module():
+    from verifiers.v1.utils.loaders import default_harness_id, taskset_class
+
+    assert taskset_class(cts.TASKSET_ID) is cts.CodingTaskset
+    assert default_harness_id(cts.TASKSET_ID) == cts.TASKSET_ID  # the bundled harness, not verifiers' bash
+    assert cts.CodingTaskset.task_type() is cts.CodingTask
+
+
+def test_tasks_show_what_the_student_was_trained_on(records):
+    loaded = list(cts.CodingTaskset(cts.taskset_config(records)))
+    assert [t.data.id for t in loaded] == [r["instance_id"] for r in records]
+    assert [t.key for t in loaded] == [r["instance_id"] for r in records]
+    assert cts.SYSTEM == policies.SYSTEM and loaded[0].data.system_prompt == policies.SYSTEM
+    env = envlib.CodingEnv(config=cts.CodingToolsetConfig().env_config())
+    try:
+        assert loaded[0].data.prompt == env.reset(instance=records[0]).text
+    finally:
+        env.close()
+    assert cts.CodingToolsetConfig().env_config() == policies.ENV_CONFIG  # the zoo's episode settings by default
+
+
+def test_env_config_picks_the_subprocess_runtime_and_limits(records):
+    config = cts.env_config(cts.taskset_config(records, max_steps=3), max_turns=5, rollout_timeout_s=9)
+    assert config.agent.runtime.type == "subprocess" and config.agent.harness.id == cts.TASKSET_ID
+    assert config.agent.max_turns == 5 and config.agent.timeout.rollout == 9
+    assert config.taskset.task.tools.max_steps == 3
+    env = vf.load_environment(config)
+    assert isinstance(env, vf.SingleAgentEnv) and isinstance(env.taskset, cts.CodingTaskset)
+
+
+def test_a_bad_tool_setting_is_refused():
+    with pytest.raises(ValueError):
+        cts.taskset_config([], max_steps="many")
+
+
+def test_tools_advertise_trls_schemas():
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("t")
+    cts.CodingToolset(cts.CodingToolsetConfig()).register(server)
+    listed = asyncio.run(server.list_tools())
+    ours = {t.name: {"name": t.name, "description": t.description, "parameters": t.input_schema} for t in listed}
+    trl = {s["function"]["name"]: s["function"] for s in envlib.tool_schemas()}
+    assert sorted(ours) == sorted(envlib.TOOLS)
+    # Name, description and parameters are TRL's; TRL's rendering also carries "return": {"type": "string"},
+    # which verifiers' chat program never sends (it builds OpenAI tools from name/description/input schema).
+    assert ours == {name: {k: v for k, v in f.items() if k != "return"} for name, f in trl.items()}
+    assert all(f["return"] == {"type": "string"} for f in trl.values())
+
+
+def _state(record, rollout="r0"):
+    return cts.CodingState(rollout=rollout, instance=record)
+
+
+def _call(toolset, state, tool, **args):
+    from verifiers.v1.mcp.server import _call_state
+
+    token = _call_state.set(state)
+    try:
+        return asyncio.run(toolset._call(tool, **args))
+    finally:
+        _call_state.reset(token)
+
+
+def test_toolset_runs_one_episode_per_rollout_and_logs_each_step(records):
+    toolset = cts.CodingToolset(cts.CodingToolsetConfig(max_steps=4))
+    a, b = _state(records[0], "a"), _state(records[1], "b")
+    try:
+        assert "tests" in _call(toolset, a, "run_tests")
+        _call(toolset, b, "list_files")
+        assert set(toolset.envs) == {"a", "b"} and a.steps == 1 and b.steps == 1
+        text = _call(toolset, a, "submit")
+        assert "submitted" in text and a.done and a.submitted and a.reward == 0.0 and not a.truncated
+        assert a.patch == "" and "a" not in toolset.envs  # the finished episode is closed
+        assert [s["tool"] for s in a.log] == ["run_tests", "submit"] and a.log[-1]["done"]
+        assert cts.record_state(a)["log"] == a.log and "instance" not in cts.record_state(a)
+    finally:
+        toolset._close_all()
+
+
+def test_step_limit_truncates(records):
+    toolset = cts.CodingToolset(cts.CodingToolsetConfig(max_steps=2))
+    s = _state(records[0])
+    _call(toolset, s, "list_files")
+    _call(toolset, s, "list_files")
+    assert s.done and s.truncated and s.reward == 0.0 and not s.submitted
+
+
+def test_policy_errors_are_steps_not_environment_failures(records):
+    toolset = cts.CodingToolset(cts.CodingToolsetConfig())
+    s = _state(records[0])
+    try:
+        text = _call(toolset, s, "view", path="../../etc/passwd")
+        assert text.startswith("error:") and s.env_error is None and not s.log[-1]["ok"]
+    finally:
+        toolset._close_all()
+
+
+def test_an_environment_crash_marks_the_rollout(records):
+    toolset = cts.CodingToolset(cts.CodingToolsetConfig(crash_at={records[0]["instance_id"]: 2}))
+    s = _state(records[0])
+    _call(toolset, s, "list_files")
+    text = _call(toolset, s, "list_files")
+    assert "environment failed" in text and "injected environment crash at step 2" in s.env_error and s.done
+    assert "failed earlier" in _call(toolset, s, "submit") and s.steps == 1  # nothing runs after a crash
+    assert not toolset.envs
+
+
+def test_a_state_without_a_task_is_an_environment_failure():
+    toolset = cts.CodingToolset(cts.CodingToolsetConfig())
+    s = cts.CodingState()
+    _call(toolset, s, "list_files")
+    assert "names no task" in s.env_error
+
+
+def test_finalize_turns_an_environment_failure_into_an_error(records):
+    task = next(iter(cts.CodingTaskset(cts.taskset_config(records[:1]))))
+    trace = vf.Trace(task=vf.TraceTask(type="CodingTask", data=task.data), agent=vf.AgentInfo(config=vf.AgentConfig()),
+                     state=cts.CodingState(env_error="RuntimeError: boom", steps=1))
+    with pytest.raises(vf.TaskError, match="failed at step 2: RuntimeError: boom"):
+        asyncio.run(task.finalize(trace, None))
+    assert trace.info["coding_env"]["env_error"] == "RuntimeError: boom"
+    ok = vf.Trace(task=vf.TraceTask(type="CodingTask", data=task.data), agent=vf.AgentInfo(config=vf.AgentConfig()),
+                  state=cts.CodingState(done=True, reward=1.0))
+    asyncio.run(task.finalize(ok, None))
+    assert task.episode_over(ok) and asyncio.run(task.env_reward(ok)) == 1.0
+
+
+def test_setup_hands_the_task_to_the_shared_server(records):
+    task = next(iter(cts.CodingTaskset(cts.taskset_config(records[:1]))))
+    trace = vf.Trace(task=vf.TraceTask(type="CodingTask", data=task.data), agent=vf.AgentInfo(config=vf.AgentConfig()),
+                     state=cts.CodingState())
+    asyncio.run(task.setup(trace, None))
+    assert trace.state.rollout == trace.id and trace.state.instance["instance_id"] == records[0]["instance_id"]
+
+
+def test_the_prime_rl_orchestrator_config_plugs_this_taskset_in(records, tmp_path, monkeypatch):
+    """params/live/002b-prime-rl-orchestrator.toml: its env block is a valid verifiers env config for this taskset
+    (what PRIME-RL's orchestrator hands verifiers), and records_file loads the tasks."""
+    import json
+    import tomllib
+
+    from composer.paths import ROOT
+
+    config = tomllib.loads((ROOT / "params/live/002b-prime-rl-orchestrator.toml").read_text())
+    [source] = config["orchestrator"]["train"]["source"]
+    (tmp_path / "composer-tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.chdir(tmp_path)
+    env_config = vf.resolve_env_config(source["env"])
+    assert isinstance(env_config.taskset, cts.CodingTasksetConfig) and env_config.agent.runtime.type == "subprocess"
+    assert env_config.taskset.task.tools.max_steps == 8 and env_config.agent.harness.id == cts.TASKSET_ID
+    env = vf.load_environment(env_config)
+    assert [t.data.id for t in env.taskset] == [r["instance_id"] for r in records]
+    assert config["orchestrator"]["batch_size"] * config["max_steps"] == 100  # rollouts: 002b's report scale
