@@ -535,7 +535,6 @@ def scripted_records(n: int, *, seed: int = 0, tool: str = "submit", arguments: 
     and the benchmark use to drive the substrate deterministically without a model."""
     from composer.env import tasks
 
-    tasks.catalogue()  # warm the library cache: ast.parse on 3.11 is not safe in generate()'s threads cold
     block = json.dumps({"name": tool, "arguments": arguments or {}})
     out = []
     for r in tasks.generate(n, seed=seed, split="test", difficulty=tasks.Difficulty(n_functions=1)):

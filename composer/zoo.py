@@ -157,7 +157,6 @@ def _jsonl_cached(kind: str, key: str, build) -> list[dict]:
 def split_tasks(profile: Profile, split: str) -> list[dict]:
     n = profile.n_train if split == "train" else profile.n_test
     key = _hash(split=split, n=n, seed=profile.seed, difficulty=profile.difficulty, generator=tasks.GENERATOR_VERSION)
-    tasks.catalogue()  # warm the library cache here: ast.parse on 3.11 is not safe in generate()'s threads cold
     return _jsonl_cached("tasks", f"{split}-{key}",
                          lambda: tasks.generate(n, seed=profile.seed, split=split, difficulty=profile.difficulty))
 

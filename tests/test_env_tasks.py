@@ -135,3 +135,28 @@ def test_library_expectations_are_plain_literals():
         assert list(cases) == list(tasks._units(module))  # every unit has cases, in order
         text, _ = tasks._test_file(pkg, module, list(cases))  # asserts repr round-trips
         compile(text, module, "exec")
+
+
+def test_generate_builds_the_catalogue_before_its_threads(monkeypatch):
+    # CPython 3.11's ast.parse is not thread-safe: a cold catalogue parsed by every worker at once failed
+    # with "AST constructor recursion depth mismatch" in a fresh process (it did, in CI).
+    pools = []
+
+    class Pool(tasks.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(tasks.catalogue.cache_info().currsize)
+            super().__init__(*args, **kwargs)
+
+    tasks.catalogue.cache_clear()
+    monkeypatch.setattr(tasks, "ThreadPoolExecutor", Pool)
+    assert len(tasks.generate(1, seed=3, workers=2)) == 1
+    assert pools == [1]  # the catalogue was already built when the pool started
+
+
+def test_library_sources_are_the_bug_free_modules():
+    sources = tasks.library_sources()
+    assert set(sources) == {f"{pkg}/{m}.py" for m, (pkg, *_) in tasks.LIBRARY.items()}
+    for path, text in sources.items():
+        compile(text, path, "exec")
+        module = path.rsplit("/", 1)[1].removesuffix(".py")
+        assert all(unit in text for unit in tasks._units(module).values())

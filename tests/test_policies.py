@@ -25,7 +25,6 @@ pytestmark = pytest.mark.usefixtures("module_cache")
 
 @pytest.fixture(scope="module")
 def records():
-    tasks.catalogue()  # built once up front: generate()'s threads would race on a cold cache
     return tasks.generate(5, seed=0, split="test")
 
 

@@ -1242,6 +1242,9 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
     strictly in seed order, so parallelism never changes the output."""
     difficulty = difficulty or Difficulty()
     _check(difficulty, split)
+    # Built here, before the threads: CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion
+    # depth mismatch"), and a cold catalogue() would otherwise be parsed by every worker at once.
+    catalogue()
     workers = workers or len(os.sched_getaffinity(0))
     specs = (_Spec(_task_seed(seed, split, j), split, difficulty) for j in itertools.count())
     records, seen, pending, tried = [], set(), deque(), 0
