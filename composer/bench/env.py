@@ -36,6 +36,8 @@ With the worker (same day, machine loaded 3-4x by other users, so wall-clock fig
 noisy; the CPU figures are not), defaults: env_steps_per_s 5.2 vs 4.2 cold in the same run (1.24x;
 other runs 1.31x and 0.98x, as the load swung), CPU per step 122 ms warm vs 156 ms cold (-22%;
 a small run: 115 vs 143).
+Idle machine, same day, two runs: env_steps_per_s 18.7 and 18.8 warm vs 14.3 and 13.9 cold (1.31x,
+1.36x); CPU per step 101-102 ms warm vs 135-139 ms cold. (The 7.8 above was measured under load.)
 CPU per pytest run (getrusage, same task): warm ~80 ms, cold ~260 ms (3.2x); the worker's start
 plus its first run ~235 ms, nearly a cold run (its interpreter and `import pytest`). So per
 episode the worker saves the start-up of every run_tests after the first: one on this mix, more
