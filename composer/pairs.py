@@ -299,6 +299,8 @@ def pair_id(prompt: list[dict], chosen: str, rejected: str) -> str:
 def _representatives(by_trace, queries) -> dict[str, tuple[str, dict]]:
     """A concrete (name, arguments) per canonical action: the student's own calls first, then teachers' parsed
     tool calls (raw texts holding a <tool_call> block)."""
+    from composer.policies import parse_tool_call  # the student's own parser (imports torch: only when needed)
+
     reps = {}
     for steps in by_trace.values():
         for r in steps:
@@ -306,26 +308,12 @@ def _representatives(by_trace, queries) -> dict[str, tuple[str, dict]]:
                 reps.setdefault(canonical_action(r.action), (r.action.tool_call.name, r.action.tool_call.arguments))
     for q in queries:
         if q.distribution and q.raw_text and len(q.distribution) == 1:
-            call = _tool_call_in(q.raw_text)
+            call = parse_tool_call(q.raw_text)
             if call is not None:
                 (action,) = q.distribution
                 if canonical_tool_call(*call) == action:
                     reps.setdefault(action, call)
     return reps
-
-
-def _tool_call_in(text: str) -> tuple[str, dict] | None:
-    start, end = text.find("<tool_call>"), text.find("</tool_call>")
-    if start < 0 or end < start:
-        return None
-    try:
-        call = json.loads(text[start + len("<tool_call>"):end])
-        name, arguments = call["name"], call.get("arguments", {})
-        if isinstance(arguments, str):
-            arguments = json.loads(arguments)
-    except (ValueError, KeyError, TypeError):
-        return None
-    return (name, arguments) if isinstance(name, str) and isinstance(arguments, dict) else None
 
 
 def teacher_health(queries: list[TeacherQuery]) -> dict[str, dict]:
