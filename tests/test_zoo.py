@@ -82,3 +82,15 @@ def test_sft_lowers_the_assistant_token_loss(built):
     assert after < before - 0.5, (before, after)
     losses = zoo.info(path)["losses"]
     assert losses["full"][-1] < losses["pretrain"][0]
+
+
+def test_pretraining_windows_come_from_the_library_at_its_share():
+    import random
+
+    transcript, library = ([7] * 2000, [1] * 2000), [[2] * 600, [3] * 40]
+    def draw(share):
+        return [w for w, _ in zoo._batch("pretrain", [transcript], 10, random.Random(0), library, share)]
+
+    assert all(set(w) <= {2, 3} for w in draw(1.0))  # only library code
+    assert all(set(w) == {7} for w in draw(0.0))  # only transcripts, past the shared prefix
+    assert all(len(w) <= zoo.LM_WINDOW for w in draw(1.0))
