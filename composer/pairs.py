@@ -8,7 +8,7 @@
     ex.steps, ex.problems          # one row per step (votes, disagreement, status); bad input, counted
     randoms = pairs.random_pairs(ex, seed=0)          # control: same states, chosen/rejected drawn at random
     shuffled = pairs.shuffled_pairs(ex.rows, seed=0)  # control: real pairs, chosen/rejected swapped at random
-    ds = pairs.to_dataset(ex.rows)                     # a datasets.Dataset with the trainer's columns
+    ds = pairs.to_dataset(ex.rows, tools)              # a datasets.Dataset with the trainer's columns
     ds = pairs.add_reference_logps(ds, student_path)  # + ref_chosen_logps / ref_rejected_logps (trainer's function)
     pairs.save(ds, "runs/003/pairs")                   # pairs/ (save_to_disk) and pairs.jsonl
 
@@ -486,12 +486,18 @@ def shuffled_pairs(rows: list[dict], *, seed: int = 0) -> list[dict]:
 # Datasets on disk
 
 
-def to_dataset(rows: list[dict]):
-    """A datasets.Dataset of pair records (prompt as chat messages, chosen/rejected as text, provenance)."""
+def to_dataset(rows: list[dict], tools: list[dict] | None = None):
+    """A datasets.Dataset of pair records (prompt as chat messages, chosen/rejected as text, provenance).
+
+    tools: the tool schemas the student's prompts carry (the traces' tools), stored as a JSON `tools` column
+    that composer.trainer.encode_pairs hands to the chat template: the DPO prompt and its reference
+    log-probs then see the same tool block as the student's rollouts."""
     import datasets
 
     if not rows:
         return datasets.Dataset.from_dict({k: [] for k in ("pair_id", "prompt", "chosen", "rejected", "margin")})
+    if tools:
+        rows = [{**r, "tools": json.dumps(tools)} for r in rows]
     return datasets.Dataset.from_list(rows)
 
 

@@ -19,6 +19,7 @@ forward pass. Both extra terms are scaled for gradient accumulation the way TRL 
 "grpo" loss (per-sequence mean, batch mean, divided by the accumulation steps).
 """
 
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -122,11 +123,16 @@ def _check_datasets(args, train_dataset, pairs_dataset) -> None:
 
 
 def encode_pairs(tokenizer, rows) -> list[dict]:
-    """Token ids of each pair: the chat-templated prompt, and chosen / rejected as assistant turns + eos."""
+    """Token ids of each pair: the chat-templated prompt, and chosen / rejected as assistant turns + eos.
+
+    An optional `tools` column (the JSON of the tool schemas the policy saw) goes to the chat template, so a
+    pair's prompt renders with the same tool block as the student's rollout prompts."""
     eos = [tokenizer.eos_token_id]
     encoded = []
     for row in rows:
-        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        tools = row.get("tools")
+        prompt = tokenizer.apply_chat_template(row["prompt"], tools=json.loads(tools) if tools else None,
+                                               add_generation_prompt=True, tokenize=True)
         prompt = prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt
         encoded.append(
             {

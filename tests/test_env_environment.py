@@ -331,7 +331,7 @@ def counting(monkeypatch, owner, name) -> list:
     calls, real = [], getattr(owner, name)
 
     def spy(*args, **kwargs):
-        calls.append(args)
+        calls.append((args, kwargs))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(owner, name, spy)
@@ -339,7 +339,7 @@ def counting(monkeypatch, owner, name) -> list:
 
 
 @pytest.mark.skipif(sandbox.isolation()["mode"] == "plain", reason="no warm worker without a PID namespace")
-def test_run_tests_runs_warm_sees_edits_and_grading_runs_cold(records, monkeypatch):
+def test_run_tests_runs_warm_sees_edits_and_grading_runs_on_a_fresh_copy(records, monkeypatch):
     f2p, p2p = graded(records[0])
     cold = counting(monkeypatch, sandbox, "run_pytest")
     warm = counting(monkeypatch, sandbox.PytestWorker, "run")
@@ -353,8 +353,9 @@ def test_run_tests_runs_warm_sees_edits_and_grading_runs_cold(records, monkeypat
     assert env.call("run_tests").info.tests == dict.fromkeys(f2p + p2p, True)  # the edit is seen
     assert (len(warm), len(cold), worker.pid, worker.starts, worker.fallback) == (2, 0, pid, 1, None)
     obs = env.call("submit")
-    assert obs.reward == 1.0 and len(cold) == 1 and len(warm) == 2  # graded by one fresh cold run
-    assert cold[0][0] != env.repo  # on its own copy
+    assert obs.reward == 1.0 and len(cold) == 0 and len(warm) == 3  # graded by a new child of the same server
+    graded_in = warm[2][1]["repo"]
+    assert graded_in != env.repo and not graded_in.exists()  # on its own fresh copy, removed after
     assert not running(pid) and worker.pid is None and env._ep.worker is None  # the worker ended with the episode
     env.close()
 
@@ -384,6 +385,9 @@ def test_warm_tests_off_runs_cold(records, monkeypatch):
     env = CodingEnv(records, EnvConfig(warm_tests=False))
     env.reset(instance=records[0])
     assert env._ep.worker is None and env.call("run_tests").info.tests and len(cold) == 1
+    for edit in gold_edits(records[0]):
+        env.call("edit", **edit)
+    assert env.call("submit").reward == 1.0 and len(cold) == 2  # graded by a cold run too
     env.close()
 
 
@@ -407,6 +411,19 @@ def test_trl_tool_methods_directly(records):
     assert env_reward([trl_env]) == [1.0] and env_reward([TRLCodingEnv()]) == [0.0]
     with pytest.raises(ValueError, match="SWE-bench fields"):
         trl_env.reset(prompt="no record")
+    trl_env.env.close()
+
+
+def test_trl_calls_with_bad_arguments_are_steps_and_the_step_limit_holds(records):
+    # TRL calls a tool as method(**arguments): missing or unknown arguments must reach the environment (an
+    # error observation that counts as a step), or a policy repeating them would never meet max_steps.
+    trl_env = TRLCodingEnv(EnvConfig(max_steps=3))
+    trl_env.reset(**records[0])
+    assert trl_env.edit(path=module_of(records[0])).startswith("error: ")  # start, end, new_text missing
+    assert trl_env.env.state.step_count == 1
+    assert trl_env.view(path=module_of(records[0]), line=3).startswith("error: ")  # an unknown argument
+    assert "step limit of 3 reached" in trl_env.run_tests(test_ids="not a list")
+    assert trl_env.env.state.done and trl_env.env.state.truncated and env_reward([trl_env]) == [0.0]
     trl_env.env.close()
 
 

@@ -9,7 +9,9 @@ import json
 import os
 import resource
 import socket
+import shutil
 import subprocess
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -376,6 +378,28 @@ def test_worker_reports_what_a_cold_run_reports(repo, worker):
 
 
 @needs_ns
+def test_worker_runs_in_another_copy_warm_and_gives_it_back(repo, worker, tmp_path):
+    # What grading does (composer.env.swebench): a fresh copy, run by a new child of the episode's server.
+    write(repo, "calc.py", "VALUE = 1\n")
+    write(repo, "tests/test_v.py", "import calc\n\ndef test_value():\n    assert calc.VALUE == 2\n")
+    ids = ["tests/test_v.py::test_value"]
+    assert worker.run(ids).outcomes == {ids[0]: False}
+    pid = worker.pid
+    outer = Path(tempfile.mkdtemp(dir=tmp_path))
+    outer.chmod(0o711)
+    copy = outer / "repo"
+    shutil.copytree(repo, copy)
+    write(copy, "calc.py", "VALUE = 2\n")
+    owner = (copy.stat().st_uid, (copy / "calc.py").stat().st_uid)
+    run = worker.run(ids, repo=copy)
+    assert run.outcomes == {ids[0]: True} and run.error is None
+    assert (worker.pid, worker.starts, worker.fallback) == (pid, 1, None)  # the same server, warm
+    assert (copy.stat().st_uid, (copy / "calc.py").stat().st_uid) == owner  # handed back after the run
+    assert worker.run(ids).outcomes == {ids[0]: False}  # and the worker's own repo is still its default
+    assert sandbox.run_pytest(copy, ids).outcomes == run.outcomes
+
+
+@needs_ns
 def test_worker_hang_is_killed_with_its_escapees_and_the_worker_restarts(repo, tmp_path):
     log = tmp_path / "escapee.log"
     write(repo, "test_h.py", f"""
@@ -523,6 +547,8 @@ def test_worker_bad_input(repo, tmp_path):
         for bad in ["tests/test_x.py", [1, 2], None, {"tests/test_x.py": 1}]:
             with pytest.raises(sandbox.SandboxError, match="list of strings"):
                 w.run(bad)
+        with pytest.raises(sandbox.SandboxError, match="not a directory"):
+            w.run([], repo=tmp_path / "missing")
         assert w.pid is None  # refused before anything started
 
 

@@ -128,6 +128,13 @@ def test_bad_arguments_are_refused():
         tasks.generate(1, difficulty=tasks.Difficulty(families=("typo",)))
     with pytest.raises(ValueError, match="n_modules"):
         tasks.generate(1, difficulty=tasks.Difficulty(n_modules=0))
+    # One function per module: a task is one bug site, so asking for more tasks than sites fails at once
+    one = tasks.Difficulty(n_functions=1, families=("constant",))
+    sites = sum(s.split == "test" and s.family == "constant" for s in tasks.catalogue())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tasks, "_validate", lambda spec: pytest.fail("validated a candidate before refusing"))
+        with pytest.raises(ValueError, match=f"only {sites} bug sites"):
+            tasks.generate(sites + 1, split="test", difficulty=one)
 
 
 def test_library_expectations_are_plain_literals():

@@ -271,6 +271,14 @@ def test_dataset_save_load_and_trainer_columns(run, tmp_path):
     path = tiny_model()
     tok = load_tokenizer(path)
     assert len(encode_pairs(tok, back)) == 2  # the trainer's own encoder reads the dataset as saved
+    # with the student's tools, the DPO prompt renders the same tool block as a rollout prompt
+    from composer.env.environment import tool_schemas
+    with_tools = pairs.to_dataset(ex.rows, tool_schemas())
+    prompt = encode_pairs(tok, with_tools)[0]["prompt"]
+    rollout = tok.apply_chat_template(ex.rows[0]["prompt"], tools=tool_schemas(), add_generation_prompt=True,
+                                      tokenize=True)
+    assert prompt == list(rollout["input_ids"] if hasattr(rollout, "keys") else rollout)
+    assert len(prompt) > len(encode_pairs(tok, back)[0]["prompt"])
     with_ref, skipped = pairs.add_reference_logps(back, path)
     assert skipped == 0 and set(PAIR_COLUMNS) <= set(with_ref.column_names)
     assert all(np.isfinite(with_ref["ref_chosen_logps"])) and all(x < 0 for x in with_ref["ref_rejected_logps"])

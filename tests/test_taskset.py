@@ -117,6 +117,32 @@ def test_policy_errors_are_steps_not_environment_failures(records):
         toolset._close_all()
 
 
+def test_calls_with_bad_arguments_reach_the_environment_as_steps(records):
+    # Through MCP's own validation, as verifiers calls the tools: a missing or mistyped argument must be a
+    # step with an error observation (else a looping policy never meets max_steps), as over TRL.
+    from mcp.server.mcpserver import MCPServer
+    from verifiers.v1.mcp.server import _call_state
+
+    toolset = cts.CodingToolset(cts.CodingToolsetConfig(max_steps=3))
+    server = MCPServer("t")
+    toolset.register(server)
+    s = _state(records[0])
+    token = _call_state.set(s)
+
+    def call(name, arguments):  # MCP's validation of the arguments, then the tool, under this rollout's state
+        validate = server._tool_manager._tools[name].fn_metadata.call_fn_with_arg_validation
+        return asyncio.run(validate(getattr(toolset, name), True, arguments, None))
+
+    try:
+        assert "error" in call("edit", {"path": "calc/ops.py"}) and s.steps == 1 and not s.log[-1]["ok"]
+        assert "error" in call("view", {"path": "calc/ops.py", "start": "first"}) and s.steps == 2
+        assert "step limit" in call("run_tests", {"test_ids": 7}) and s.done and s.truncated
+        assert [e["tool"] for e in s.log] == ["edit", "view", "run_tests"]
+    finally:
+        _call_state.reset(token)
+        toolset._close_all()
+
+
 def test_an_environment_crash_marks_the_rollout(records):
     toolset = cts.CodingToolset(cts.CodingToolsetConfig(crash_at={records[0]["instance_id"]: 2}))
     s = _state(records[0])

@@ -52,8 +52,14 @@ def test_report_table_has_the_required_columns(built):
     for r in rows:
         assert set(zoo.COLUMNS) <= set(r)
         assert 0.0 <= r["ci95"][0] <= r["pass@1"] <= r["ci95"][1] <= 1.0 and r["n_tasks"] == zoo.PROFILES["smoke"].n_test
+    student = rows[0]
+    assert student["role"] == "student" and student["vs_student"] is None and student["above_student"] is None
+    for r in rows[1:]:  # the gap is paired over the same tasks and the rule reads its lower bound
+        low_high = r["vs_student"][1:]
+        assert r["vs_student"][0] == pytest.approx(r["pass@1"] - student["pass@1"])
+        assert low_high[0] <= r["vs_student"][0] <= low_high[1] and r["above_student"] == (low_high[0] > 0)
     text = zoo.table(rows)
-    for header in ("model", "params", "train_s", "pass@1", "95% CI (Wilson)", "n"):
+    for header in ("model", "params", "train_s", "pass@1", "95% CI (Wilson)", "n", "vs student"):
         assert header in text.splitlines()[0]
     assert len(text.splitlines()) == 1 + len(rows)
 

@@ -8,15 +8,15 @@
 An episode is what a competent agent does on an embedded task: view the buggy module, run_tests,
 edit (the gold fix from the task's patch on even episodes, a harmless wrong edit on odd ones),
 run_tests, submit. That is 5 steps (more when a gold patch has several hunks), 3 of which run a
-sandboxed pytest: the two run_tests (through the episode's warm sandbox.PytestWorker) and
-submit's grading run (always cold, on a fresh copy). `workers` episodes run at once, each in its
+sandboxed pytest: the two run_tests and submit's grading run (on a fresh copy), all three through
+the episode's warm sandbox.PytestWorker. `workers` episodes run at once, each in its
 own CodingEnv, as a trainer's rollouts would.
 
   env_steps_per_s             steps per wall-clock second, `workers` episodes at a time (reset time
                               is included, resets are not counted as steps). Target: >= 20 on 2 cores.
   env_steps_per_s_sequential  the same, one episode at a time
-  env_steps_per_s_cold        the same episodes with every run_tests a cold sandboxed run
-                              (EnvConfig(warm_tests=False)), alternated with the warm ones in chunks
+  env_steps_per_s_cold        the same episodes with every run_tests and the grading a cold sandboxed
+                              run (EnvConfig(warm_tests=False)), alternated with the warm ones in chunks
                               so that other people's load falls on both alike; warm_speedup = ratio
   cpu_ms_per_step[_cold]      CPU per step, this process and every sandbox it reaped: the comparison
                               that holds on a shared machine, where wall-clock figures swing 2x
@@ -42,12 +42,14 @@ CPU per pytest run (getrusage, same task): warm ~80 ms, cold ~260 ms (3.2x); the
 plus its first run ~235 ms, nearly a cold run (its interpreter and `import pytest`). So per
 episode the worker saves the start-up of every run_tests after the first: one on this mix, more
 for agents that test often (5 run_tests: ~555 ms of CPU instead of ~1300).
-Not reached: 20 steps/s. What is left per episode is the cold grading run and the worker's start
-(~2 x 175 ms of interpreter + import pytest). Both go only with a trusted zygote outside the
-sandbox (pytest imported once per host process) that forks and enters fresh namespaces, a fresh
-uid and the rlimits itself (re-implementing unshare/setpriv), after which the grading run could
-stay fresh (new process, namespaces, uid, copy) but not cold. Not done: it needs a decision on
-what "cold" must mean for grading, and a careful port of setpriv's capability handling.
+What was left per episode then was the cold grading run and the worker's start (~2 x 175 ms of
+interpreter + import pytest). Grading now runs through the worker too, on its fresh copy
+(PytestWorker.run(ids, repo=copy)): a new child of a server that has imported pytest and never
+run task code, so it is as fresh as a cold run but for the interpreter start (decision and its
+limits: composer.env.environment's docstring). Idle machine, 2026-11-30 (session 3):
+env_steps_per_s 24.3 warm vs 13.1 cold (1.85x), CPU per step 77 vs 147 ms: the target is met.
+What remains is the worker's own start (~175 ms per episode); a trusted zygote outside the
+sandbox that enters fresh namespaces, uid and rlimits itself would remove it.
 """
 
 import argparse

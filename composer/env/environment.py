@@ -28,7 +28,7 @@ Episode rules (decisions, with the reason):
   it (the repo's modules are imported anew, so edits are seen; same limits as a cold run), about
   3x cheaper than a cold sandboxed run. The worker ends with the episode (submit, step limit,
   reset, close, garbage collection). With warm_tests=False (or where the worker cannot run, see
-  its docstring) every run_tests is a cold sandbox.run_pytest. Grading never uses the worker.
+  its docstring) every run_tests is a cold sandbox.run_pytest.
 - `visible_tests` (default True): the agent's copy has the task's test_patch applied, so
   run_tests shows which tests fail and how; a tiny policy gets no signal otherwise. With False
   the copy is what a SWE-bench agent sees (no tests): run_tests then runs whatever tests the
@@ -37,8 +37,12 @@ Episode rules (decisions, with the reason):
   swebench.evaluate: a fresh copy at base_commit, plus the agent's changes as a diff (every
   file except those test_patch touches: edits to the graded tests are dropped, as the harness
   applies test_patch last), plus test_patch; FAIL_TO_PASS + PASS_TO_PASS in one new sandboxed
-  pytest run; reward 1.0 when all pass, else 0.0. New files the agent adds are kept, a
-  conftest.py included, exactly as the harness keeps them.
+  pytest run; reward 1.0 when all pass, else 0.0. That run is a fresh child of the episode's
+  worker (with warm_tests): a process forked from a server that has imported pytest and never
+  run task code (runs are its children, killed with all they started before the next), so it
+  sees only the fresh copy, like a cold run, without the ~175 ms interpreter start; what runs
+  left outside their repo (files in /tmp) a cold run would see as well. New files the agent
+  adds are kept, a conftest.py included, exactly as the harness keeps them.
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Every call counts as a step, failed ones included: an unknown tool, bad or missing arguments,
@@ -50,6 +54,8 @@ Episode rules (decisions, with the reason):
   composer.traces.StepRecord (see to_step_record).
 """
 
+import functools
+import inspect
 import json
 import tempfile
 import uuid
@@ -391,8 +397,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         iid = ep.instance["instance_id"]
         ep.patch, left_out = tools.repo_diff(ep.pristine, ep.repo, exclude=ep.test_paths)
         pred = {"instance_id": iid, "model_name_or_path": "composer-env", "model_patch": ep.patch}
-        report = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id,
-                                   timeout_s=self.config.test_timeout_s)["instances"][iid]
+        report = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=self.config.test_timeout_s,
+                                   worker=ep.worker)["instances"][iid]
         ep.submitted, ep.reward = True, 1.0 if report["resolved"] else 0.0
         status = report.get("tests_status") or {}
         outcomes = {t: ok for kind in ("FAIL_TO_PASS", "PASS_TO_PASS") for ok in (True, False)
@@ -439,6 +445,27 @@ def to_step_record(obs: CodingObservation, action, messages: list[dict], *, trac
 # --- TRL -------------------------------------------------------------------------------------
 
 
+def _any_arguments(method):
+    """A tool method that takes whatever arguments TRL passes: TRL calls tools as method(**arguments), so a call
+    with missing or unknown arguments would raise TypeError before the environment saw it; it would then not
+    count as a step, and a policy could loop on it past max_steps (002a: 6 of 100 rollouts called edit() with a
+    path only until TRL's tool-loop limit cut them). Such a call goes to the environment as it came, which
+    answers with an error observation and counts it, as over its other interfaces. functools.wraps keeps the
+    method's signature and docstring, from which TRL and tool_schemas() build the tool's JSON schema."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def tool(self, *args, **arguments):
+        if not args:  # TRL's call; a positional one comes from Python code and fails there as usual
+            try:
+                signature.bind(self, **arguments)
+            except TypeError:
+                return self.env.call(method.__name__, **arguments).text
+        return method(self, *args, **arguments)
+
+    return tool
+
+
 class TRLCodingEnv:
     """A GRPOTrainer `environment_factory`: TRL makes one per rollout and exposes its public methods as tools.
 
@@ -461,6 +488,7 @@ class TRLCodingEnv:
             raise ValueError(f"a dataset row must carry the SWE-bench fields; missing {missing}")
         return self.env.reset(instance={k: row[k] for k in tasklib.SCHEMA_FIELDS}).text
 
+    @_any_arguments
     def list_files(self, path: str = ".") -> str:
         """List the files of the repository, one path per line.
 
@@ -469,6 +497,7 @@ class TRLCodingEnv:
         """
         return self.env.call("list_files", path=path).text
 
+    @_any_arguments
     def view(self, path: str, start: int = 1, end: int | None = None) -> str:
         """Show lines of a file, each prefixed with its line number.
 
@@ -479,6 +508,7 @@ class TRLCodingEnv:
         """
         return self.env.call("view", path=path, start=start, end=end).text
 
+    @_any_arguments
     def search(self, pattern: str, path: str = ".") -> str:
         """Search files for a regular expression; one "file:line: text" per matching line.
 
@@ -488,6 +518,7 @@ class TRLCodingEnv:
         """
         return self.env.call("search", pattern=pattern, path=path).text
 
+    @_any_arguments
     def edit(self, path: str, start: int, end: int, new_text: str) -> str:
         """Replace lines start..end (1-based, inclusive) of a file with new_text.
 
@@ -499,6 +530,7 @@ class TRLCodingEnv:
         """
         return self.env.call("edit", path=path, start=start, end=end, new_text=new_text).text
 
+    @_any_arguments
     def apply_patch(self, diff: str) -> str:
         """Apply a unified diff to the repository (paths a/... and b/..., as git diff writes them).
 
@@ -507,6 +539,7 @@ class TRLCodingEnv:
         """
         return self.env.call("apply_patch", diff=diff).text
 
+    @_any_arguments
     def run_tests(self, test_ids: list[str] | None = None) -> str:
         """Run tests with pytest and report which pass.
 
@@ -515,6 +548,7 @@ class TRLCodingEnv:
         """
         return self.env.call("run_tests", test_ids=test_ids).text
 
+    @_any_arguments
     def submit(self) -> str:
         """Finish the task: your changes are graded by the task's tests. Call it once, when done."""
         return self.env.call("submit").text

@@ -53,7 +53,8 @@ once inside the same sandbox (pid 1 of its PID namespace, pytest imported) forks
 and kills every other process of its namespace after each; a run past the timeout takes the whole
 server down and the next run starts a new one. It needs a PID namespace ("root-ns" or "user-ns");
 in "plain" mode, or when the server cannot start, it falls back to cold run_pytest (see its
-docstring). Grading should stay a cold run_pytest on a fresh copy, as composer.env.swebench does.
+docstring). Grading runs on a fresh copy, cold or through `worker.run(ids, repo=copy)` (see
+composer.env.swebench).
 """
 
 import contextlib
@@ -494,6 +495,8 @@ def child(request):
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.environ.update(request["env"])
+    if request["cwd"] != os.getcwd():  # another copy than the worker's repo (a fresh one to grade on)
+        os.chdir(request["cwd"])  # by path: its folders must let this uid through (the server's own cwd need not)
     tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
     random.seed()
     importlib.invalidate_caches()
@@ -597,9 +600,9 @@ class _Server:
         finally:
             os.set_blocking(fd, True)
 
-    def request(self, args: list[str], env: dict) -> None:
+    def request(self, args: list[str], env: dict, cwd: Path) -> None:
         try:
-            self.proc.stdin.write((json.dumps({"args": args, "env": env}) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"args": args, "env": env, "cwd": str(cwd)}) + "\n").encode())
             self.proc.stdin.flush()
         except OSError as e:  # BrokenPipeError: it died since the last run
             raise _WorkerDied(str(e)) from None
@@ -674,8 +677,9 @@ class PytestWorker:
     /tmp and the repo keep what runs wrote, as with successive cold runs), and the repo stays handed to
     that uid until close. A run cannot signal the server (init of its namespace) nor, in "root-ns" mode,
     ptrace it or read its memory (it is undumpable); in "user-ns" mode a run holds every capability
-    of its user namespace and could. Use it for the agent's own test runs, never for grading: a run
-    can leave files (a conftest.py, a patched plugin) that alter the next runs, as with cold runs.
+    of its user namespace and could. A run can leave files (a conftest.py, a patched plugin) in its repo
+    that alter the next runs there, as with cold runs: so grade on a fresh copy, `run(ids, repo=copy)`;
+    the run is then a new child of a server that has never run task code, like a cold run.
 
     Falls back to cold run_pytest (and says why in `fallback`) where the server cannot work: in
     "plain" isolation mode (no PID namespace, so nothing contains the per-run kill), when it does not
@@ -713,19 +717,26 @@ class PytestWorker:
         server = self._state.server
         return server.proc.pid if server is not None and server.alive() else None
 
-    def run(self, test_ids: list[str]) -> TestRun:
-        """pytest on `test_ids` (all collected tests when empty), as run_pytest(repo, test_ids, **limits)."""
+    def run(self, test_ids: list[str], *, repo: Path | None = None) -> TestRun:
+        """pytest on `test_ids` (all collected tests when empty), as run_pytest(repo, test_ids, **limits).
+
+        `repo`: run in another folder than the worker's own, e.g. a fresh copy to grade on (see the class
+        docstring). It is handed to the worker's uid for the run and given back after; the folders above
+        it must let that uid through (a mkdtemp folder needs chmod 0o711)."""
         if not isinstance(test_ids, (list, tuple)) or not all(isinstance(t, str) for t in test_ids):
             raise SandboxError(f"test_ids must be a list of strings, got {test_ids!r}")
+        target = self.repo if repo is None else Path(repo).resolve()
+        if not target.is_dir():
+            raise SandboxError(f"not a directory: {repo}")
         with self._lock:
             if self._closed:
                 raise SandboxError("this PytestWorker is closed")
             if self.fallback is None:
                 try:
-                    return self._warm(list(test_ids))
+                    return self._warm(list(test_ids), target)
                 except _WorkerDied as e:  # a server that will not start: no point trying again each run
                     self._go_cold(str(e))
-            return self._cold(test_ids)
+            return self._cold(test_ids, target)
 
     def close(self) -> None:
         """Kill the server and hand the repo back to its owner; idempotent."""
@@ -735,8 +746,8 @@ class PytestWorker:
 
     # --- internals ---
 
-    def _cold(self, test_ids) -> TestRun:
-        return run_pytest(self.repo, list(test_ids), max_output=self.max_output, **self.limits)
+    def _cold(self, test_ids, repo: Path) -> TestRun:
+        return run_pytest(repo, list(test_ids), max_output=self.max_output, **self.limits)
 
     def _go_cold(self, why: str) -> None:
         self.fallback = why
@@ -753,34 +764,38 @@ class PytestWorker:
             self.starts += 1
         return state.server
 
-    def _shadowed(self, server: _Server) -> list[str]:
+    @staticmethod
+    def _shadowed(server: _Server, repo: Path) -> list[str]:
         """Modules of the repo that the server has preloaded, so a child would not import them afresh: its
         top-level modules and packages (first on sys.path in a cold run) and any preloaded from its files."""
-        names = {p.name.removesuffix(".py") for p in self.repo.iterdir()
+        names = {p.name.removesuffix(".py") for p in repo.iterdir()
                  if p.suffix == ".py" or (p / "__init__.py").is_file()}
         return sorted(names & server.preloaded) + server.inside
 
-    def _warm(self, test_ids: list[str]) -> TestRun:
+    def _warm(self, test_ids: list[str], repo: Path) -> TestRun:
         server = self._server()
-        clash = self._shadowed(server)
+        clash = self._shadowed(server, repo)
         if clash:
             raise _WorkerDied(f"the worker preloaded modules that the repo has: {', '.join(clash[:5])}")
         session = server.session
         run_dir = session.dir / f"run-{next(self._runs)}"  # a fresh HOME and TMPDIR per run
         run_dir.mkdir()
-        session.hand_over(session.repo)
+        owner = repo.stat()
+        session.hand_over(repo)
         session.hand_over(run_dir)
         try:
-            return _pytest_once(self.repo, test_ids, self.timeout_s, run_dir / "report.jsonl",
+            return _pytest_once(repo, test_ids, self.timeout_s, run_dir / "report.jsonl",
                                 lambda args, env: self._exchange(server, args, {**env, "HOME": str(run_dir),
-                                                                               "TMPDIR": str(run_dir)}))
+                                                                               "TMPDIR": str(run_dir)}, repo))
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+            if repo != self.repo and session.uid is not None:
+                _chown_tree(repo, owner.st_uid, owner.st_gid)
 
-    def _exchange(self, server: _Server, args: list[str], env: dict) -> tuple[int, str, bool]:
+    def _exchange(self, server: _Server, args: list[str], env: dict, cwd: Path) -> tuple[int, str, bool]:
         deadline = time.monotonic() + self.timeout_s
         try:
-            server.request(args, env)
+            server.request(args, env, cwd)
         except _WorkerDied:  # it died since the last run (it checked alive just now: a rare race)
             self._state.stop_server()
             return -signal.SIGKILL, "[sandbox: the pytest worker died before the run; it restarts]\n", False

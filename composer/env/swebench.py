@@ -17,7 +17,8 @@ schema_version 2) plus `instances`: the per-instance `report.json` content of th
 
 Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does
 it: the repo at base_commit, then the model patch, then test_patch, then FAIL_TO_PASS +
-PASS_TO_PASS in one sandboxed pytest run; a model patch that does not apply is an error
+PASS_TO_PASS in one sandboxed pytest run (cold, or `worker`: a fresh child of a
+sandbox.PytestWorker's server, on the same fresh copy); a model patch that does not apply is an error
 instance, an empty one an empty-patch instance (never run), as in the harness. A model
 patch may add a conftest.py that forges results, exactly as against the real harness.
 Real records need the `swebench` package and a running Docker daemon (`python -m
@@ -147,8 +148,12 @@ def harness_missing() -> list[str]:
 
 
 def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max_workers: int = 1,
-             timeout_s: float = EVAL_TIMEOUT_S) -> dict:
-    """Grade predictions against instances the way the SWE-bench harness does (see module doc)."""
+             timeout_s: float = EVAL_TIMEOUT_S, worker: sandbox.PytestWorker | None = None) -> dict:
+    """Grade predictions against instances the way the SWE-bench harness does (see module doc).
+
+    worker: run embedded instances' tests through it (its limits, not timeout_s) instead of a cold
+    sandboxed run: the same fresh copy, a new child of a server that has only imported pytest, without
+    the interpreter start. CodingEnv grades with its episode's worker; one instance at a time then."""
     preds = {}
     for p in map(validate_prediction, predictions):
         if p["instance_id"] in preds:
@@ -166,14 +171,14 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
                                "the SWE-bench harness, but " + "; and ".join(missing) + ".")
     embedded = [i for i in preds if i not in real]
     with ThreadPoolExecutor(max(1, max_workers)) as pool:
-        graded = pool.map(lambda i: _evaluate_embedded(preds[i], by_id[i], timeout_s), embedded)
+        graded = pool.map(lambda i: _evaluate_embedded(preds[i], by_id[i], timeout_s, worker), embedded)
         reports = dict(zip(embedded, graded, strict=True))
     if real:
         reports.update(_evaluate_real([preds[i] for i in real], [by_id[i] for i in real], run_id, max_workers))
     return _summary(preds, list(by_id), reports, run_id)
 
 
-def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float) -> dict:
+def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, worker: sandbox.PytestWorker | None) -> dict:
     report = {"patch_is_None": pred["model_patch"] is None, "patch_exists": pred["model_patch"] is not None,
               "patch_successfully_applied": False, "resolved": False, "error": None}
     if not (pred["model_patch"] or "").strip():
@@ -188,7 +193,11 @@ def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float) -> dict:
         except (ValueError, sandbox.SandboxError) as e:
             report["error"] = str(e)
             return report
-        run = sandbox.run_pytest(repo, f2p + p2p, timeout_s=timeout_s)
+        if worker is None:
+            run = sandbox.run_pytest(repo, f2p + p2p, timeout_s=timeout_s)
+        else:
+            os.chmod(tmp, 0o711)  # the worker's uid must pass through to the copy it is handed
+            run = worker.run(f2p + p2p, repo=repo)
     report["error"] = run.error
 
     def split(ids):

@@ -1244,7 +1244,13 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
     _check(difficulty, split)
     # Built here, before the threads: CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion
     # depth mismatch"), and a cold catalogue() would otherwise be parsed by every worker at once.
-    catalogue()
+    sites = sum(s.split == split and s.family in difficulty.families for s in catalogue())
+    if (difficulty.n_modules, difficulty.n_functions, difficulty.distractors) == (1, 1, 0) and n > sites:
+        # Each task is then one bug site alone in its module: no more distinct tasks exist than sites (fewer, as
+        # ~7% are equivalent mutants). Without this check the loop below would validate 20 * n candidates first.
+        raise ValueError(f"{n} tasks asked, but the {split} split has only {sites} bug sites for {difficulty}, and "
+                         "with one function per module each task is one site: ask for fewer, or raise n_functions, "
+                         "n_modules or distractors")
     workers = workers or len(os.sched_getaffinity(0))
     specs = (_Spec(_task_seed(seed, split, j), split, difficulty) for j in itertools.count())
     records, seen, pending, tried = [], set(), deque(), 0

@@ -53,6 +53,7 @@ import json
 import sys
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import verifiers.v1 as vf
 from pydantic import Field
@@ -151,8 +152,9 @@ class CodingToolset(vf.Toolset[CodingToolsetConfig, CodingState]):
     def register(self, mcp) -> None:
         super().register(mcp)
         # Advertise exactly the schemas TRL renders from TRLCodingEnv (names, descriptions, argument docs), so
-        # both substrates put the same system prompt in front of the student. Arguments are still validated
-        # against the method signatures below, which match TRLCodingEnv's. (mcp 2.0.0's tool registry.)
+        # both substrates put the same system prompt in front of the student. The signatures below take any
+        # value for any argument, so every call reaches the environment, which validates it and counts a bad
+        # one as a step (an error observation), as it does over TRL. (mcp 2.0.0's tool registry.)
         schemas = {s["function"]["name"]: s["function"] for s in envlib.tool_schemas()}
         for name, registered in mcp._tool_manager._tools.items():
             if name in schemas:
@@ -178,6 +180,7 @@ class CodingToolset(vf.Toolset[CodingToolsetConfig, CodingState]):
         return self._episode(state).call(tool, **args)
 
     async def _call(self, tool: str, **args) -> str:
+        args = {k: v for k, v in args.items() if v is not None}  # left out: the environment's default
         state = self.state
         if state.env_error:
             return f"error: the environment failed earlier: {state.env_error}"
@@ -208,35 +211,39 @@ class CodingToolset(vf.Toolset[CodingToolsetConfig, CodingState]):
         if env is not None:
             env.close()
 
-    # The tools: signatures and docstrings as TRLCodingEnv's (the advertised schema comes from those).
+    # The tools: TRLCodingEnv's names and arguments (the advertised schemas are TRL's, see register). Every
+    # argument takes any value and may be left out (None; each optional one defaults to None or to what the
+    # environment defaults to anyway). The environment checks them, so a call with a missing or mistyped
+    # argument is a step with an error observation, not an MCP validation error that never reaches the
+    # environment and lets a looping policy run past max_steps into max_turns.
 
     @vf.tool
-    async def list_files(self, path: str = ".") -> str:
+    async def list_files(self, path: Any = None) -> str:
         """List the files of the repository, one path per line."""
         return await self._call("list_files", path=path)
 
     @vf.tool
-    async def view(self, path: str, start: int = 1, end: int | None = None) -> str:
+    async def view(self, path: Any = None, start: Any = None, end: Any = None) -> str:
         """Show lines of a file, each prefixed with its line number."""
         return await self._call("view", path=path, start=start, end=end)
 
     @vf.tool
-    async def search(self, pattern: str, path: str = ".") -> str:
+    async def search(self, pattern: Any = None, path: Any = None) -> str:
         """Search files for a regular expression; one "file:line: text" per matching line."""
         return await self._call("search", pattern=pattern, path=path)
 
     @vf.tool
-    async def edit(self, path: str, start: int, end: int, new_text: str) -> str:
+    async def edit(self, path: Any = None, start: Any = None, end: Any = None, new_text: Any = None) -> str:
         """Replace lines start..end (1-based, inclusive) of a file with new_text."""
         return await self._call("edit", path=path, start=start, end=end, new_text=new_text)
 
     @vf.tool
-    async def apply_patch(self, diff: str) -> str:
+    async def apply_patch(self, diff: Any = None) -> str:
         """Apply a unified diff to the repository (paths a/... and b/..., as git diff writes them)."""
         return await self._call("apply_patch", diff=diff)
 
     @vf.tool
-    async def run_tests(self, test_ids: list[str] | None = None) -> str:
+    async def run_tests(self, test_ids: Any = None) -> str:
         """Run tests with pytest and report which pass."""
         return await self._call("run_tests", test_ids=test_ids)
 
