@@ -789,9 +789,12 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     (a sample without a well-formed tool call is a parse failure), written to out_path as JSONL, the format
     replay.read_queries and replay.step_distributions read. `steps`: {trace_id: step indices} to query (None, or a
     trace missing from it: every step). lenient: when the server found no well-formed call, `lenient_tool_call`
-    reads the teacher's intended one (small models repeat the opening tag or run out of tokens after the JSON)."""
+    reads the teacher's intended one (small models repeat the opening tag or run out of tokens after the JSON).
+    Each step's records are appended to out_path as soon as its teachers have answered (a killed run keeps what
+    it had), and the file is rewritten in trace/step order at the end; a progress bar counts steps."""
     import httpx
     import openai
+    from tqdm.auto import tqdm
 
     from composer.teachers import PLACEHOLDER_KEY, _classify
 
@@ -803,6 +806,10 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     context = "full" if window is None and max_chars is None else f"window:{window}" + (
         f",chars:{max_chars}" if max_chars else "")
     records: list[TeacherQuery] = []
+    out_path.write_text("")
+    todo = {tid: range(len(s)) if (steps or {}).get(tid) is None else [t for t in steps[tid] if t < len(s)]
+            for tid, s in by_trace.items()}
+    bar = tqdm(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
 
     async def ask(name: str, record) -> list[TeacherQuery]:
         messages = clip_messages(prompt_messages(record.state.messages), window=window, max_chars=max_chars)
@@ -856,16 +863,18 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
         return out
 
     async def run_trace(trace_id: str, steps_of_trace):
-        wanted = (steps or {}).get(trace_id)
-        chosen = range(len(steps_of_trace)) if wanted is None else [s for s in wanted if s < len(steps_of_trace)]
-        for t in chosen:
-            batch = await asyncio.gather(*(ask(name, steps_of_trace[t]) for name in endpoints))
-            for group in batch:
-                records.extend(group)
+        for t in todo[trace_id]:
+            batch = [q for group in await asyncio.gather(*(ask(name, steps_of_trace[t]) for name in endpoints))
+                     for q in group]
+            records.extend(batch)
+            with open(out_path, "a", encoding="utf-8") as f:
+                f.writelines(q.model_dump_json() + "\n" for q in batch)
+            bar.update()
 
     try:
         await asyncio.gather(*(run_trace(tid, s) for tid, s in by_trace.items()))
     finally:
+        bar.close()
         for c in clients.values():
             await c.close()
     records.sort(key=lambda q: (list(by_trace).index(q.trace_id), q.step, q.teacher, q.sample))

@@ -432,6 +432,32 @@ def test_query_policy_teachers_against_the_echo_server(tmp_path):
     assert ex.problems["teachers_never_parsed"] == ["missing"] and ex.problems["unparsed_answers"] == 6
 
 
+def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monkeypatch):
+    from composer.models import tiny_model
+    from composer.serve import serve
+
+    call = '<tool_call>\n{"name": "view", "arguments": {"path": "a.py"}}\n</tool_call>'
+    first = StepRecord(schema_version=SCHEMA_VERSION, trace_id="E", step=0,
+                       state=State(messages=[{"role": "user", "content": call}]),
+                       action=Action(text="x", tool_call=ToolCall(name="view", arguments={"path": "a.py"})),
+                       observation=None, reward=None, done=False, truncated=False, source="test")
+    second = first.model_copy(update={"step": 1, "state": State(messages=[{"role": "user", "content": "crash"}])})
+    real = pairs.prompt_messages
+
+    def crash_at_step_1(messages):
+        if messages[-1]["content"] == "crash":
+            raise RuntimeError("killed mid-run")
+        return real(messages)
+
+    monkeypatch.setattr(pairs, "prompt_messages", crash_at_step_1)
+    with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
+        endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"}}
+        with pytest.raises(RuntimeError, match="killed"):
+            asyncio.run(pairs.query_policy_teachers({"E": [first, second]}, endpoints, tmp_path / "q.jsonl", k=2))
+    kept = replay.read_queries(tmp_path / "q.jsonl")  # step 0 was answered before step 1 failed: it is on disk
+    assert [(q.step, q.sample, q.distribution) for q in kept] == [(0, 0, {VIEW: 1.0}), (0, 1, {VIEW: 1.0})]
+
+
 def test_embedded_traces():
     records = pairs.embedded_traces(1, seed=0)
     assert records and records[-1].done and records[-1].outcome["resolved"] in (True, False)
