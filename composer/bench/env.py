@@ -46,8 +46,9 @@ What was left per episode then was the cold grading run and the worker's start (
 interpreter + import pytest). Grading now runs through the worker too, on its fresh copy
 (PytestWorker.run(ids, repo=copy)): a new child of a server that has imported pytest and never
 run task code, so it is as fresh as a cold run but for the interpreter start (decision and its
-limits: composer.env.environment's docstring). Idle machine, 2026-11-30 (session 3):
-env_steps_per_s 24.3 warm vs 13.1 cold (1.85x), CPU per step 77 vs 147 ms: the target is met.
+limits: composer.env.environment's docstring). Idle machine, 2026-11-30 (session 3), three runs:
+env_steps_per_s 24.3 / 20.7 / 20.4 warm vs 13.1 / 10.7 / 12.2 cold (1.85x / 1.95x / 1.67x), CPU per
+step 77 / 89 / 90 ms warm vs 147 / 166 / 156 cold: the target is met, by a thin margin in two runs.
 What remains is the worker's own start (~175 ms per episode); a trusted zygote outside the
 sandbox that enters fresh namespaces, uid and rlimits itself would remove it.
 """
