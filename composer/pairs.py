@@ -8,7 +8,7 @@
     ex.steps, ex.problems          # one row per step (votes, disagreement, status); bad input, counted
     randoms = pairs.random_pairs(ex, seed=0)          # control: same states, chosen/rejected drawn at random
     shuffled = pairs.shuffled_pairs(ex.rows, seed=0)  # control: real pairs, chosen/rejected swapped at random
-    ds = pairs.to_dataset(ex.rows, tools)              # a datasets.Dataset with the trainer's columns
+    ds = pairs.to_dataset(ex.rows, tool_schemas())     # a datasets.Dataset with the trainer's columns (+ tools)
     ds = pairs.add_reference_logps(ds, student_path)  # + ref_chosen_logps / ref_rejected_logps (trainer's function)
     pairs.save(ds, "runs/003/pairs")                   # pairs/ (save_to_disk) and pairs.jsonl
 

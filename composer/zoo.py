@@ -404,13 +404,14 @@ def report(profile: str | Profile = "report") -> list[dict]:
     for spec in profile.models:
         path = build(spec, profile)
         rec, ev = info(path), evaluation(path, profile)
-        scores = list(ev["scores"].values())
+        by_task = ev["scores"]
+        scores = list(by_task.values())
         ci = stats.wilson_interval(int(sum(scores)), len(scores))
         gap = None
         if spec.role == "student":
-            base = scores
-        elif base is not None:
-            gap = stats.paired_bootstrap_diff(base, scores)
+            base = by_task
+        elif base is not None:  # paired by task id
+            gap = stats.paired_bootstrap_diff([base[t] for t in by_task], scores)
         rows.append({"model": spec.name, "role": spec.role, "params": rec["params"], "demos": rec["n_demos"],
                      "train_s": rec["train_seconds"], "pass@1": ci.estimate, "ci95": (ci.low, ci.high),
                      "n_tasks": len(scores), "eval_s": ev["seconds"],
