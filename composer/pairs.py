@@ -45,6 +45,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -781,7 +782,8 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
                                 steps: dict[str, list[int]] | None = None, tools: list[dict] | None = None,
                                 temperature: float = 1.0, max_tokens: int = 128, window: int | None = None,
                                 max_chars: int | None = None, seed: int = 0, concurrency: int = 4,
-                                timeout_s: float = 120.0, lenient: bool = True) -> list[TeacherQuery]:
+                                timeout_s: float = 120.0, lenient: bool = True, resume: bool = True
+                                ) -> list[TeacherQuery]:
     """Ask each teacher endpoint ({name: {"base_url", "model"}}, OpenAI-compatible, e.g. composer.serve
     serving zoo checkpoints) for k sampled next actions at every step, with the state's chat and `tools`
     exactly as the student is prompted (one request with n=k; our server honours n), and parse each
@@ -791,7 +793,10 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     trace missing from it: every step). lenient: when the server found no well-formed call, `lenient_tool_call`
     reads the teacher's intended one (small models repeat the opening tag or run out of tokens after the JSON).
     Each step's records are appended to out_path as soon as its teachers have answered (a killed run keeps what
-    it had), and the file is rewritten in trace/step order at the end; a progress bar counts steps."""
+    it had), and the file is rewritten in trace/step order at the end; a progress bar counts steps.
+    resume: answers already in out_path are reused where the request is the same (request_key: teacher, the
+    endpoint's optional "revision" (e.g. a checkpoint path), and the whole request body) and all k samples came
+    back without error; a torn last line (a killed write) is dropped and said so."""
     import httpx
     import openai
     from tqdm.auto import tqdm
@@ -806,7 +811,8 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     context = "full" if window is None and max_chars is None else f"window:{window}" + (
         f",chars:{max_chars}" if max_chars else "")
     records: list[TeacherQuery] = []
-    out_path.write_text("")
+    reuse = _answered_requests(out_path, k) if resume and out_path.exists() else {}
+    _write_atomic_lines(out_path, [q.model_dump_json() for group in reuse.values() for q in group])
     todo = {tid: range(len(s)) if (steps or {}).get(tid) is None else [t for t in steps[tid] if t < len(s)]
             for tid, s in by_trace.items()}
     bar = tqdm(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
@@ -817,7 +823,10 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
                 "max_tokens": max_tokens, "seed": seed + record.step}
         if tools:
             body["tools"] = tools
-        key = hashlib.sha256(json.dumps({"teacher": name, "body": body}, sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps({"teacher": name, "revision": endpoints[name].get("revision"), "body": body},
+                                        sort_keys=True).encode()).hexdigest()
+        if key in reuse:
+            return reuse[key]
         base = dict(trace_id=record.trace_id, step=record.step, teacher=name, model=endpoints[name]["model"],
                     mode="samples", context=context, cache=False, student_action=canonical_action(record.action),
                     request_key=key)
@@ -878,10 +887,33 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
         for c in clients.values():
             await c.close()
     records.sort(key=lambda q: (list(by_trace).index(q.trace_id), q.step, q.teacher, q.sample))
-    with open(out_path, "w", encoding="utf-8") as f:
-        for q in records:
-            f.write(q.model_dump_json() + "\n")
+    _write_atomic_lines(out_path, [q.model_dump_json() for q in records])
     return records
+
+
+def _answered_requests(path: Path, k: int) -> dict[str, list[TeacherQuery]]:
+    """{request_key: its k records} of the requests in a teacher-queries file that came back whole (k samples,
+    no error). A last line that does not parse was torn by a kill: dropped, with a line on stderr."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    groups: dict[str, list[TeacherQuery]] = {}
+    for lineno, line in enumerate(lines, 1):
+        try:
+            q = TeacherQuery.model_validate_json(line)
+        except ValueError as e:
+            if lineno < len(lines):
+                raise ValueError(f"{path}:{lineno}: {str(e).splitlines()[0]}") from None
+            print(f"{path}:{lineno}: a torn last line (a killed run) is dropped", file=sys.stderr)
+            continue
+        if q.request_key:
+            groups.setdefault(q.request_key, []).append(q)
+    return {key: sorted(g, key=lambda q: q.sample) for key, g in groups.items()
+            if sorted(q.sample for q in g) == list(range(k)) and not any(q.error_kind for q in g)}
+
+
+def _write_atomic_lines(path: Path, lines: list[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------------------

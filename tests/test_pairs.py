@@ -458,6 +458,47 @@ def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monk
     assert [(q.step, q.sample, q.distribution) for q in kept] == [(0, 0, {VIEW: 1.0}), (0, 1, {VIEW: 1.0})]
 
 
+def test_query_policy_teachers_resumes_from_what_a_killed_run_wrote(tmp_path, monkeypatch, capsys):
+    import openai
+
+    from composer.models import tiny_model
+    from composer.serve import serve
+
+    call = '<tool_call>\n{"name": "view", "arguments": {"path": "a.py"}}\n</tool_call>'
+    steps = [StepRecord(schema_version=SCHEMA_VERSION, trace_id="E", step=i,
+                        state=State(messages=[{"role": "user", "content": call + " " * i}]),
+                        action=Action(text="x", tool_call=ToolCall(name="view", arguments={"path": "a.py"})),
+                        observation=None, reward=None, done=False, truncated=False, source="test") for i in range(3)]
+    path = tmp_path / "q.jsonl"
+    with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
+        endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a", "revision": "v1"}}
+        first = asyncio.run(pairs.query_policy_teachers({"E": steps}, endpoints, path, k=2))
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])  # steps 0-1 whole, step 2 torn mid-line
+        posted = []
+        real_post = openai.AsyncOpenAI.post
+
+        async def counting_post(self, *args, **kwargs):
+            posted.append(kwargs["body"]["messages"][-1]["content"])
+            return await real_post(self, *args, **kwargs)
+
+        monkeypatch.setattr(openai.AsyncOpenAI, "post", counting_post)
+        again = asyncio.run(pairs.query_policy_teachers({"E": steps}, endpoints, path, k=2))
+        assert posted == [steps[2].state.messages[-1]["content"]]  # only the step the kill cut was asked again
+        assert "torn last line" in capsys.readouterr().err
+        assert [q.model_dump(exclude={"latency_s"}) for q in again] == [q.model_dump(exclude={"latency_s"})
+                                                                        for q in first]  # step 2's was re-measured
+        assert again[:4] == first[:4]  # reused as they were
+        assert replay.read_queries(path) == again
+        posted.clear()  # another checkpoint behind the same name: nothing is reused
+        asyncio.run(pairs.query_policy_teachers({"E": steps}, {"teacher-a": {**endpoints["teacher-a"], "revision": "v2"}},
+                                                path, k=2))
+        assert len(posted) == 3
+        path.write_text("not json\n" + path.read_text())  # a bad line that is not the last: bad input, named
+        with pytest.raises(ValueError, match="q.jsonl:1:"):
+            asyncio.run(pairs.query_policy_teachers({"E": steps}, endpoints, path, k=2))
+
+
 def test_embedded_traces():
     records = pairs.embedded_traces(1, seed=0)
     assert records and records[-1].done and records[-1].outcome["resolved"] in (True, False)
