@@ -377,7 +377,7 @@ def test_worker_reports_what_a_cold_run_reports(repo, worker):
     assert worker.starts == 1 and "2 failed" in worker.run(["tests/test_x.py"]).output
 
 
-@needs_ns
+@pytest.mark.skipif(MODE != "root-ns", reason="another copy runs warm only in root-ns mode (else: cold, tested below)")
 def test_worker_runs_in_another_copy_warm_and_gives_it_back(repo, worker, tmp_path):
     # What grading does (composer.env.swebench): a fresh copy, run by a new child of the episode's server.
     write(repo, "calc.py", "VALUE = 1\n")
@@ -397,6 +397,22 @@ def test_worker_runs_in_another_copy_warm_and_gives_it_back(repo, worker, tmp_pa
     assert (copy.stat().st_uid, (copy / "calc.py").stat().st_uid) == owner  # handed back after the run
     assert worker.run(ids).outcomes == {ids[0]: False}  # and the worker's own repo is still its default
     assert sandbox.run_pytest(copy, ids).outcomes == run.outcomes
+
+
+@needs_ns
+def test_worker_runs_another_copy_cold_unless_runs_cannot_reach_the_server(repo, worker, monkeypatch):
+    # In "user-ns" mode a run holds its namespace's capabilities and could ptrace the server: a grading run
+    # on another copy must then not go through it.
+    write(repo, "tests/test_v.py", "def test_ok():\n    pass\n")
+    worker.run([])
+    pid, starts = worker.pid, worker.starts
+    copy = repo.parent / "copy"
+    shutil.copytree(repo, copy)
+    cold = []
+    monkeypatch.setattr(sandbox, "run_pytest", lambda r, ids, **kw: cold.append(r) or "cold run")
+    monkeypatch.setattr(sandbox, "_mode", lambda: "user-ns")
+    assert worker.run([], repo=copy) == "cold run" and cold == [copy.resolve()]
+    assert (worker.pid, worker.starts) == (pid, starts)
 
 
 @needs_ns

@@ -38,7 +38,8 @@ Episode rules (decisions, with the reason):
   file except those test_patch touches: edits to the graded tests are dropped, as the harness
   applies test_patch last), plus test_patch; FAIL_TO_PASS + PASS_TO_PASS in one new sandboxed
   pytest run; reward 1.0 when all pass, else 0.0. That run is a fresh child of the episode's
-  worker (with warm_tests): a process forked from a server that has imported pytest and never
+  worker (with warm_tests, in "root-ns" isolation; elsewhere a cold run, since in "user-ns" mode
+  a run could ptrace the server): a process forked from a server that has imported pytest and never
   run task code (runs are its children, killed with all they started before the next), so it
   sees only the fresh copy, like a cold run, without the ~175 ms interpreter start; what runs
   left outside their repo (files in /tmp) a cold run would see as well. New files the agent

@@ -722,7 +722,8 @@ class PytestWorker:
 
         `repo`: run in another folder than the worker's own, e.g. a fresh copy to grade on (see the class
         docstring). It is handed to the worker's uid for the run and given back after; the folders above
-        it must let that uid through (a mkdtemp folder needs chmod 0o711)."""
+        it must let that uid through (a mkdtemp folder needs chmod 0o711). Warm only in "root-ns" mode,
+        where runs cannot reach the server; elsewhere it is a cold run_pytest."""
         if not isinstance(test_ids, (list, tuple)) or not all(isinstance(t, str) for t in test_ids):
             raise SandboxError(f"test_ids must be a list of strings, got {test_ids!r}")
         target = self.repo if repo is None else Path(repo).resolve()
@@ -731,6 +732,10 @@ class PytestWorker:
         with self._lock:
             if self._closed:
                 raise SandboxError("this PytestWorker is closed")
+            if target != self.repo and _mode() != "root-ns":
+                # Another copy is graded: in "user-ns" mode an earlier run could have ptraced the server, so
+                # the run is cold there (in "root-ns" the server is undumpable to the runs' uid).
+                return self._cold(test_ids, target)
             if self.fallback is None:
                 try:
                     return self._warm(list(test_ids), target)
