@@ -45,7 +45,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -893,19 +892,12 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
 
 def _answered_requests(path: Path, k: int) -> dict[str, list[TeacherQuery]]:
     """{request_key: its k records} of the requests in a teacher-queries file that came back whole (k samples,
-    no error). A last line that does not parse was torn by a kill: dropped, with a line on stderr."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    no error). A last line torn by a kill is dropped (replay.read_queries says so)."""
+    from composer.replay import read_queries
+
     groups: dict[str, list[TeacherQuery]] = {}
-    for lineno, line in enumerate(lines, 1):
-        try:
-            q = TeacherQuery.model_validate_json(line)
-        except ValueError as e:
-            if lineno < len(lines):
-                raise ValueError(f"{path}:{lineno}: {str(e).splitlines()[0]}") from None
-            print(f"{path}:{lineno}: a torn last line (a killed run) is dropped", file=sys.stderr)
-            continue
-        if q.request_key:
-            groups.setdefault(q.request_key, []).append(q)
+    for q in read_queries(path, drop_torn_tail=True):
+        groups.setdefault(q.request_key, []).append(q)
     return {key: sorted(g, key=lambda q: q.sample) for key, g in groups.items()
             if sorted(q.sample for q in g) == list(range(k)) and not any(q.error_kind for q in g)}
 

@@ -35,6 +35,7 @@ caches live five minutes or more).
 import asyncio
 import math
 import random
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -179,15 +180,18 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
                         out_dir / QUERIES_FILE, out_dir / STORE_FILE, time.perf_counter() - started)
 
 
-def read_queries(path) -> list[TeacherQuery]:
-    """The records of a teacher_queries.jsonl; a bad line raises ValueError naming file and line."""
+def read_queries(path, *, drop_torn_tail: bool = False) -> list[TeacherQuery]:
+    """The records of a teacher_queries.jsonl; a bad line raises ValueError naming file and line.
+    drop_torn_tail: a last line that does not parse (a write cut by a kill) is dropped, with a line on stderr."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                out.append(TeacherQuery.model_validate_json(line))
-            except ValueError as e:
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for lineno, line in enumerate(lines, 1):
+        try:
+            out.append(TeacherQuery.model_validate_json(line))
+        except ValueError as e:
+            if not (drop_torn_tail and lineno == len(lines)):
                 raise ValueError(f"{path}:{lineno}: {str(e).splitlines()[0]}") from None
+            print(f"{path}:{lineno}: a torn last line (a killed run) is dropped", file=sys.stderr)
     return out
 
 
