@@ -20,7 +20,7 @@ import math
 import numpy as np
 import scipy.stats
 
-from composer import stats
+from composer import report, stats
 
 MIN_EFFECT = 0.02  # the gate: B beats A by >= 2 points of pass@1
 
@@ -34,15 +34,27 @@ def _outcomes(x, name: str) -> np.ndarray:
     return a
 
 
-def verdict(estimate: float, low: float, high: float, min_effect: float = MIN_EFFECT) -> str:
-    """VALIDATED / INVALIDATED / INCONCLUSIVE for a difference B - A with its interval [low, high]."""
+def gate(estimate: float, low: float, high: float, min_effect: float = MIN_EFFECT, *,
+         name: str = "pass@1(B) - pass@1(A)") -> report.Criterion:
+    """The rule as a report criterion: estimate >= min_effect with the interval above 0 passes (VALIDATED),
+    an interval wholly below min_effect fails (INVALIDATED), anything else is undecided (INCONCLUSIVE)."""
     if not low <= estimate <= high:
         raise ValueError(f"the estimate {estimate} is outside its interval [{low}, {high}]")
-    if estimate >= min_effect and low > 0:
-        return "VALIDATED"
-    if high < min_effect:
-        return "INVALIDATED"
-    return "INCONCLUSIVE"
+    return report.Criterion(name, threshold=min_effect, comparator=">=", estimate=estimate, ci_low=low,
+                            ci_high=high, null=0.0)
+
+
+def verdict(estimate: float, low: float, high: float, min_effect: float = MIN_EFFECT) -> str:
+    """VALIDATED / INVALIDATED / INCONCLUSIVE for a difference B - A with its interval [low, high]."""
+    return report.decide_verdict([gate(estimate, low, high, min_effect)])
+
+
+def zero_discordance_interval(n_cells: int, confidence: float = 0.95) -> stats.CI:
+    """The interval of B - A when no (seed, task) cell differs between the arms, where a bootstrap collapses to
+    [0, 0]: |mean difference| <= the share of discordant cells, whose exact (Clopper-Pearson) upper bound at 0
+    of n is 1 - ((1 - confidence) / 2) ** (1 / n)."""
+    bound = 1 - ((1 - confidence) / 2) ** (1 / n_cells)
+    return stats.CI(0.0, -bound, bound, confidence, "zero discordant cells: exact bound", n_cells)
 
 
 def tasks_needed(discordance: float, effect: float, seeds: int, *, alpha: float = 0.05, power: float = 0.8) -> int:
@@ -60,7 +72,7 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
     """B against A, paired: the difference, its intervals, the tests and the verdict (see the module docstring).
 
     Keys: pass1 (per arm: mean and Wilson interval over all samples), diff (two-level bootstrap CI of the mean
-    of B - A over seeds x tasks cells), per_seed (paired bootstrap CI over tasks, one per seed), mcnemar (exact,
+    of B - A over seeds x tasks cells; with no discordant cell, `zero_discordance_interval`), per_seed (paired bootstrap CI over tasks, one per seed), mcnemar (exact,
     on sample outcomes paired by seed, task and sample), discordance (share of cells whose pass@1 differs; with
     none, half a cell: the data cannot size it), mde (min_detectable_effect_paired_binary at seeds x tasks
     cells), verdict, tasks_needed (None unless INCONCLUSIVE)."""
@@ -69,7 +81,11 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
         raise ValueError(f"a and b must be evaluated on the same seeds, tasks and samples: {a.shape} vs {b.shape}")
     n_seeds, n_tasks, _ = a.shape
     cells_a, cells_b = a.mean(axis=2), b.mean(axis=2)
-    diff = stats.two_level_bootstrap(cells_b - cells_a, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    if np.any(cells_a != cells_b):
+        diff = stats.two_level_bootstrap(cells_b - cells_a, confidence=confidence, n_resamples=n_resamples,
+                                         seed=seed)
+    else:
+        diff = zero_discordance_interval(n_seeds * n_tasks, confidence)
     per_seed = [stats.paired_bootstrap_diff(cells_a[i], cells_b[i], confidence=confidence, n_resamples=n_resamples,
                                             seed=seed) for i in range(n_seeds)] if n_tasks >= 2 else []
     discordance = max(float(np.mean(cells_a != cells_b)), 0.5 / (n_seeds * n_tasks))

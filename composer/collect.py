@@ -789,15 +789,18 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
                   generations: int = 2, max_completion_length: int = 512, max_tool_calling_iterations: int = 10,
                   env_config: EnvConfig | None = None, call_timeout_s: float | None = 60.0,
                   faults: EnvFaults | None = None, seed: int = 0, temperature: float = 1.0,
-                  learning_rate: float = 1e-5, checkpoint: bool = True, recording_env: bool = True, **config):
+                  learning_rate: float = 1e-5, checkpoint: bool = True, recording_env: bool = True,
+                  channels: dict | None = None, pairs_dataset=None, **config):
     """A GRPOTrainer over the embedded environment (RecordingEnv): by default CPU, offline, one generation batch
     of prompts_per_step x generations rollouts per optimizer step, a checkpoint after every step (resume);
     `config` overrides any GRPOConfig field. recording_env=False uses the plain TRLCodingEnv (no environment-side
-    log, no fault handling): the baseline of the recorder's overhead."""
+    log, no fault handling): the baseline of the recorder's overhead. `channels` (ComposerConfig's channel fields,
+    e.g. trace_replay_weight) makes it a ComposerTrainer, with `pairs_dataset` for the trace-replay channel."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from composer.models import load_tokenizer
+    from composer.trainer import ComposerConfig, ComposerTrainer
 
     tokenizer = load_tokenizer(model_path)
     settings = dict(
@@ -808,12 +811,18 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
         learning_rate=learning_rate, save_strategy="steps" if checkpoint else "no", save_steps=1,
         save_total_limit=1)
     settings.update(config)  # e.g. the live profile: use_cpu=False, bf16=True, use_vllm=True, vllm_mode="colocate"
-    args = GRPOConfig(str(Path(run_dir) / "trainer"), **settings)
-    trainer = GRPOTrainer(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
+    output_dir = str(Path(run_dir) / "trainer")
+    extra = {}
+    if channels is None:
+        args, trainer_cls = GRPOConfig(output_dir, **settings), GRPOTrainer
+    else:
+        args, trainer_cls = ComposerConfig(output_dir, **settings, **channels), ComposerTrainer
+        extra["pairs_dataset"] = pairs_dataset
+    trainer = trainer_cls(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
                           processing_class=tokenizer,
                           environment_factory=recording_env_factory(env_config, call_timeout_s=call_timeout_s,
                                                                     faults=faults) if recording_env
-                          else functools.partial(TRLCodingEnv, env_config))
+                          else functools.partial(TRLCodingEnv, env_config), **extra)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
@@ -843,13 +852,18 @@ def collect_trl(model_path, instances: list[dict], run_dir, *, trace_path=None, 
         wall = time.perf_counter() - start
         if recorder is not None:
             recorder.close()
-        for env in itertools.chain.from_iterable(getattr(trainer, "_environment_pool", {}).values()):
-            env.env.close()
+        close_environments(trainer)
     return Collection(trace_path=trace_path, written=recorder.written if recorder else 0,
                       skipped=recorder.skipped if recorder else 0,
                       repairs=recorder.resume.notes if recorder else [], resumed_from=last, wall_s=wall,
                       recorder_s=recorder.seconds if recorder else 0.0, log_history=trainer.state.log_history,
                       instances=instances)
+
+
+def close_environments(trainer) -> None:
+    """Close the sandboxes of every environment TRL made for the trainer."""
+    for env in itertools.chain.from_iterable(getattr(trainer, "_environment_pool", {}).values()):
+        env.env.close()
 
 
 def last_checkpoint(folder) -> str | None:

@@ -476,7 +476,8 @@ def shuffled_pairs(rows: list[dict], *, seed: int = 0) -> list[dict]:
                 if a in row:
                     new[a], new[b] = row[b], row[a]
             new["margin"] = -row["margin"]
-            new["votes"] = [{**v, "p_chosen": v["p_rejected"], "p_rejected": v["p_chosen"]} for v in row["votes"]]
+            new["votes"] = [{**v, "p_chosen": v["p_rejected"], "p_rejected": v["p_chosen"]}
+                            for v in row.get("votes", [])]
             new["swapped"] = True
         out.append(new)
     return out
@@ -962,4 +963,42 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
             for r in out:
                 w.write(r)
         os.replace(tmp, cached)  # atomic: a concurrent reader sees the whole file or none
+    return out
+
+
+def oracle_pairs(instances: list[dict], *, seed: int = 0) -> list[dict]:
+    """Pairs whose preference is known, standing in for 003's when its output is not there (004's smoke
+    default): at the state where the scripted expert edits (after run_tests and view), chosen = its gold edit,
+    rejected = the same edit with one slip (a wrong fix of the bug, as in the noisy demonstrations). One pair
+    per task that has a slip to make; rule "oracle", margin 1.0, no teacher votes."""
+    from composer import policies
+    from composer.env.environment import CodingEnv, gold_edits
+
+    rng = random.Random(seed)
+    env = CodingEnv(instances, policies.ENV_CONFIG)
+    out = []
+    try:
+        for instance in instances:
+            path = gold_edits(instance)[0]["path"]
+            env.reset(instance=instance)
+            source = (env.repo / path).read_text()
+            fix = policies.gold_fix(instance, source)
+            buggy = "".join(source.splitlines(keepends=True)[fix["start"] - 1:fix["end"]])
+            wrong = policies._slip(fix["new_text"], buggy, rng)
+            if wrong is None:
+                continue
+            messages, _, _ = policies.demonstrate(env, instance)
+            at = next(i for i, m in enumerate(messages)
+                      if m["role"] == "assistant" and m["tool_calls"][0]["function"]["name"] == "edit")
+            prompt = prompt_messages(messages[:at])
+            calls = [{"path": path, "new_text": text, "start": fix["start"], "end": fix["end"]}  # the expert's order
+                     for text in (fix["new_text"], wrong)]
+            actions = [canonical_tool_call("edit", args) for args in calls]
+            chosen, rejected = (render_action(a, ("edit", args)) for a, args in zip(actions, calls))
+            out.append({"pair_id": pair_id(prompt, *actions), "trace_id": f"{instance['instance_id']}#oracle",
+                        "task_id": instance["instance_id"], "rule": "oracle", "control": None, "prompt": prompt,
+                        "chosen": chosen, "rejected": rejected, "chosen_action": actions[0],
+                        "rejected_action": actions[1], "margin": 1.0})
+    finally:
+        env.close()
     return out

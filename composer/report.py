@@ -59,7 +59,8 @@ COMPARATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": oper
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "datasets", "papermill", "nbconvert", "numpy", "scipy")
 VERDICT_RULE = (
     "Each criterion passes when its whole confidence interval meets the threshold, fails when its whole "
-    "interval misses it, and is undecided otherwise (an exact criterion has a zero-width interval). "
+    "interval misses it, and is undecided otherwise (an exact criterion has a zero-width interval); a criterion "
+    "with a null value passes instead when its estimate meets the threshold and its interval excludes the null. "
     "VALIDATED: every criterion passes. INVALIDATED: every criterion fails. PARTIAL: some pass and some fail, "
     "none undecided. INCONCLUSIVE: any criterion is undecided. A run that did not complete (e.g. a budget cap "
     "was hit) is never VALIDATED: it is PARTIAL."
@@ -79,7 +80,11 @@ matplotlib.rcParams["svg.hashsalt"] = "composer"
 
 @dataclass(frozen=True)
 class Criterion:
-    """One gate of a spike: `estimate comparator threshold`, judged on the interval [ci_low, ci_high]."""
+    """One gate of a spike: `estimate comparator threshold`, judged on the interval [ci_low, ci_high].
+
+    With `null` set it is a minimum-effect superiority gate (spike 004's rule): it passes when the estimate
+    meets the threshold and the whole interval is on the threshold's side of `null` (e.g. B - A >= 2 points
+    with an interval above 0); it fails, as any criterion, when the whole interval misses the threshold."""
 
     name: str
     threshold: float
@@ -87,6 +92,7 @@ class Criterion:
     estimate: float | None
     ci_low: float | None = None
     ci_high: float | None = None
+    null: float | None = None
 
     def __post_init__(self):
         if self.comparator not in COMPARATORS:
@@ -108,7 +114,10 @@ class Criterion:
         # For ">"/">=" the interval's low end must clear the threshold to pass and its high end
         # must miss it to fail; for "<"/"<=" the other way round.
         worst, best = (self.ci_low, self.ci_high) if self.comparator in (">", ">=") else (self.ci_high, self.ci_low)
-        if meets(worst, self.threshold):
+        if self.null is None and meets(worst, self.threshold):
+            return "pass"
+        beyond_null = COMPARATORS[self.comparator[0]]  # strictly: the interval excludes the null
+        if self.null is not None and meets(self.estimate, self.threshold) and beyond_null(worst, self.null):
             return "pass"
         if not meets(best, self.threshold):
             return "fail"
@@ -191,7 +200,7 @@ def record(spike, *, title, criteria, metrics, params, backend, seed, started, n
         notes.append("the run did not complete (e.g. a budget cap was hit), so it can not be VALIDATED")
     rows = [
         {"name": c.name, "threshold": c.threshold, "comparator": c.comparator, "estimate": c.estimate,
-         "ci_low": c.ci_low, "ci_high": c.ci_high, "passed": c.passed}
+         "ci_low": c.ci_low, "ci_high": c.ci_high, "passed": c.passed, **({"null": c.null} if c.null is not None else {})}
         for c in criteria
     ]
     results = {
@@ -310,7 +319,8 @@ def fmt(x) -> str:
 
 def _criterion_line(c) -> str:
     status = {True: "pass", False: "fail", None: "undecided"}[c["passed"]]
-    return f"{c['name']}: {fmt(c['estimate'])} [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] {c['comparator']} {fmt(c['threshold'])}: {status}"
+    null = f" (interval beyond {fmt(c['null'])})" if c.get("null") is not None else ""
+    return f"{c['name']}: {fmt(c['estimate'])} [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] {c['comparator']} {fmt(c['threshold'])}{null}: {status}"
 
 
 def _summary(results) -> str:
@@ -350,7 +360,7 @@ def _criteria_html(results) -> str:
         lo, hi = c["ci_low"], c["ci_high"]
         half = (hi - lo) / 2 if lo is not None and hi is not None else None
         status = {True: "pass", False: "fail", None: "undecided"}[c["passed"]]
-        cells = [c["name"], fmt(c["estimate"]), fmt(half), f"[{fmt(lo)}, {fmt(hi)}]", f"{c['comparator']} {fmt(c['threshold'])}", status]
+        cells = [c["name"], fmt(c["estimate"]), fmt(half), f"[{fmt(lo)}, {fmt(hi)}]", f"{c['comparator']} {fmt(c['threshold'])}" + (f", interval beyond {fmt(c['null'])}" if c.get("null") is not None else ""), status]
         rows.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in cells) + "</tr>")
     verdict = f"<p><b>{e(results['verdict'])}</b> (backend: {e(results['backend'])})</p>"
     return f"{verdict}<table>{head}{''.join(rows)}</table>"

@@ -21,6 +21,16 @@ def test_verdict_rule(estimate, low, high, expected):
     assert ab.verdict(estimate, low, high) == expected
 
 
+def test_the_gate_criterion_gives_the_same_verdict_through_the_report_rule():
+    from composer import report
+
+    grid = np.linspace(-0.06, 0.06, 13)
+    for low, estimate, high in ((lo, e, hi) for lo in grid for e in grid for hi in grid if lo <= e <= hi):
+        expected = ("VALIDATED" if estimate >= ab.MIN_EFFECT and low > 0 else
+                    "INVALIDATED" if high < ab.MIN_EFFECT else "INCONCLUSIVE")
+        assert report.decide_verdict([ab.gate(estimate, low, high)]) == expected, (low, estimate, high)
+
+
 def test_verdict_refuses_an_estimate_outside_its_interval():
     with pytest.raises(ValueError, match="outside its interval"):
         ab.verdict(0.1, 0.0, 0.05)
@@ -63,8 +73,12 @@ def test_identical_arms_are_never_validated_and_say_how_many_tasks_would_be_need
     rng = np.random.default_rng(0)
     a = (rng.random((3, 20, 1)) < 0.3).astype(float)
     r = ab.compare(a, a.copy(), n_resamples=200)
-    assert r["diff"]["estimate"] == 0 and r["diff"]["low"] == r["diff"]["high"] == 0
-    assert r["verdict"] == "INVALIDATED"  # [0, 0] lies below 2 points
+    # No cell differs: a bootstrap would say [0, 0]; the exact bound on the discordance says +-5.96 points
+    bound = 1 - 0.025 ** (1 / 60)
+    assert r["diff"]["estimate"] == 0 and (r["diff"]["low"], r["diff"]["high"]) == pytest.approx((-bound, bound))
+    assert r["verdict"] == "INCONCLUSIVE" and bound == pytest.approx(0.0596, abs=1e-4)
+    many = (rng.random((3, 200, 1)) < 0.3).astype(float)  # 600 agreeing cells bound it under 2 points
+    assert ab.compare(many, many.copy(), n_resamples=50)["verdict"] == "INVALIDATED"
     # Two independent draws of the same 30% policy: 60 cells cannot tell 2 points from 0
     noisy = ab.compare(a, (rng.random((3, 20, 1)) < 0.3).astype(float), n_resamples=200)
     assert noisy["verdict"] == "INCONCLUSIVE" and noisy["diff"]["low"] < 0 < noisy["diff"]["high"]

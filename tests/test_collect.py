@@ -431,3 +431,21 @@ def test_recorded_chat_renders_exactly_like_the_chat_trl_rendered(model_path):
                                                                  '"new_text": "é\\n\\"q\\""}'
     assert [m.get("tool_call_id") for m in ours[4:]] == ["call_2", "call_3"]
     assert collect._runs([1, 1, 0, 0, 1, 0, 1]) == [(0, 2), (4, 5), (6, 7)] and collect._runs([0, 0]) == []
+
+
+def test_channels_make_a_composer_trainer_with_its_pairs(model_path, records, tmp_path):
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from composer.trainer import ComposerTrainer
+
+    plain = collect.build_trainer(model_path, records, tmp_path / "a", checkpoint=False)
+    assert type(plain) is GRPOTrainer
+    pairs = Dataset.from_list([{"prompt": [{"role": "user", "content": "x"}], "chosen": "a", "rejected": "b",
+                                "ref_chosen_logps": -1.0, "ref_rejected_logps": -2.0}])
+    dpo = collect.build_trainer(model_path, records, tmp_path / "b", checkpoint=False,
+                                channels={"trace_replay_weight": 0.5}, pairs_dataset=pairs)
+    assert isinstance(dpo, ComposerTrainer) and dpo.args.trace_replay_weight == 0.5 and dpo._pairs is pairs
+    with pytest.raises(ValueError, match="pairs_dataset is required"):
+        collect.build_trainer(model_path, records, tmp_path / "c", checkpoint=False,
+                              channels={"trace_replay_weight": 0.5})

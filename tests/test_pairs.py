@@ -541,3 +541,30 @@ def test_lenient_tool_call():
     assert pairs.lenient_tool_call('<tool_call>\n{"name": " "arguments": "run_tests"}}\n</tool_call>') is None
     assert pairs.lenient_tool_call('{"name": "view", "arguments": {}}') is None  # no tag: not a call
     assert pairs.lenient_tool_call('<tool_call>{"name": 3, "arguments": {}}</tool_call>') is None
+
+
+def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
+    from composer import policies
+    from composer.env import tasks
+    from composer.env.environment import CodingEnv
+
+    instances = tasks.generate(2, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))
+    rows = pairs.oracle_pairs(instances, seed=0)
+    assert [r["task_id"] for r in rows] == [r["instance_id"] for r in instances]
+    env = CodingEnv(instances, policies.ENV_CONFIG)
+    try:
+        for row, instance in zip(rows, instances):
+            assert row["chosen"] != row["rejected"] and row["rule"] == "oracle"
+            assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+            rewards = []
+            for text in (row["chosen"], row["rejected"]):
+                name, args = policies.parse_tool_call(text)
+                assert name == "edit" and list(args) == ["path", "new_text", "start", "end"]
+                env.reset(instance=instance)
+                env.call("edit", **args)
+                rewards.append(env.call("submit").reward)
+            assert rewards == [1.0, 0.0]  # the chosen edit solves the task, the rejected one does not
+    finally:
+        env.close()
+    swapped = pairs.shuffled_pairs(rows, seed=1)  # no teacher votes: the control still swaps
+    assert all({s["chosen"], s["rejected"]} == {r["chosen"], r["rejected"]} for s, r in zip(swapped, rows))

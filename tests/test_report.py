@@ -239,3 +239,16 @@ def test_plots_are_figures_with_byte_stable_png(capsys):
         assert report.png(again) == data
         report.show(first)
     assert "Image object" in capsys.readouterr().out  # outside a kernel display() prints
+
+
+def test_a_criterion_with_a_null_passes_on_its_estimate_and_an_interval_beyond_the_null():
+    # 004's rule: B - A >= 2 points with an interval above 0; without a null the same numbers are undecided
+    assert Criterion("d", 0.02, ">=", 0.03, ci_low=0.001, ci_high=0.06, null=0.0).status == "pass"
+    assert Criterion("d", 0.02, ">=", 0.03, ci_low=0.001, ci_high=0.06).status == "undecided"
+    assert Criterion("d", 0.02, ">=", 0.01, ci_low=0.001, ci_high=0.03, null=0.0).status == "undecided"
+    assert Criterion("d", 0.02, ">=", 0.03, ci_low=0.0, ci_high=0.06, null=0.0).status == "undecided"  # touches 0
+    assert Criterion("d", 0.02, ">=", 0.0, ci_low=-0.01, ci_high=0.019, null=0.0).status == "fail"
+    assert Criterion("d", -0.02, "<=", -0.03, ci_low=-0.06, ci_high=-0.001, null=0.0).status == "pass"  # mirrored
+    line = report._criterion_line({"name": "d", "estimate": 0.03, "ci_low": 0.001, "ci_high": 0.06,
+                                   "comparator": ">=", "threshold": 0.02, "null": 0.0, "passed": True})
+    assert line.endswith(">= 0.02 (interval beyond 0): pass")

@@ -1,0 +1,373 @@
+"""Spike 004's runs: every arm trained from the same checkpoint, every checkpoint evaluated on held-out tasks,
+each job cached under the hash of what determines its result.
+
+    from composer import arms
+    plan = arms.Plan(student=path, train=train_tasks, test=test_tasks, seeds=3,
+                     arms={"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"}},
+                     pairs={"pairs": "runs/004/inputs/pairs"}, grpo=dict(steps=2, prompts_per_step=2, generations=4),
+                     evaluation=dict(k=1, temperature=0.0, max_new_tokens=256))
+    done = arms.run(plan, "runs/004", workers=2)     # progress bar; finished jobs are read back, not rerun
+    done["baseline"]["outcomes"]                     # tasks x samples of 0/1, the initial checkpoint
+    done["B", 0]["eval"]["outcomes"], done["B", 0]["train"]["log"]
+
+An arm is a ComposerTrainer configuration: channel fields of ComposerConfig (trace_replay_weight,
+hint_distill_weight, hint_source, ...) plus `pairs`, the name of the DPO pairs dataset it trains on. Within a
+seed every arm starts from the same checkpoint, sees the same tasks in the same order (the seed shuffles the train
+split, TRL's sampler uses the seed) and the same generation seeds, with the same GRPO budget (steps, prompts,
+generations): the pairs are extra signal, not extra rollouts. Every checkpoint, and the initial one (the
+baseline), is evaluated on the same test tasks with the same k sampling seeds per task.
+
+Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", arm, seed) -> per-task,
+per-sample outcomes; ("eval", "baseline"). A job's folder under run_dir/jobs/ is named by the hash of its
+configuration (for an evaluation, the hash of the model's training job): a rerun with the same parameters reuses
+finished jobs, a changed parameter makes new ones. A folder is published by an atomic rename when its job has
+finished, so a killed run resumes at the job (arm, seed) it was in, started afresh: a resumed run trains exactly
+as an uninterrupted one.
+
+With workers > 0 each job runs in a fresh spawned process (torch threads split between the workers): two jobs at
+once on two cores, and each job's peak RSS is its own (interpreter and imports included). With workers = 0 jobs run
+in this process, in order, and no peak memory is recorded.
+"""
+
+import dataclasses
+import functools
+import itertools
+import json
+import multiprocessing
+import os
+import random
+import resource
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from tqdm import tqdm
+from trl import GRPOConfig
+
+from composer.env.environment import EnvConfig
+from composer.models import _hash, _publish
+from composer.trainer import ComposerConfig, _check_channels
+
+BASELINE = "baseline"
+CHANNEL_FIELDS = {f.name for f in dataclasses.fields(ComposerConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
+CHANNEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ComposerConfig) if f.name in CHANNEL_FIELDS}
+GRPO_DEFAULTS = dict(steps=1, prompts_per_step=1, generations=2, max_completion_length=1024,
+                     max_tool_calling_iterations=12, temperature=1.0, learning_rate=1e-5)
+EVAL_DEFAULTS = dict(k=1, temperature=0.0, max_new_tokens=160, seed=0)
+
+
+@dataclass
+class Plan:
+    """What an A/B trains and evaluates (see the module docstring). `pairs`: {name: path of a pairs dataset saved
+    by composer.pairs.save, with reference log-probs under `student`}; `grpo`: collect.build_trainer settings
+    (GRPO_DEFAULTS keys, plus any GRPOConfig field); `evaluation`: EVAL_DEFAULTS keys."""
+
+    student: str
+    train: list[dict]
+    test: list[dict]
+    arms: dict[str, dict]
+    seeds: int = 1
+    pairs: dict[str, str] = field(default_factory=dict)
+    grpo: dict = field(default_factory=dict)
+    evaluation: dict = field(default_factory=dict)
+    env: EnvConfig = field(default_factory=EnvConfig)
+
+    def __post_init__(self):
+        self.student = str(self.student)
+        self.grpo = {**GRPO_DEFAULTS, **self.grpo}
+        unknown = set(self.evaluation) - set(EVAL_DEFAULTS)
+        if unknown:
+            raise ValueError(f"evaluation: unknown settings {sorted(unknown)}; known: {sorted(EVAL_DEFAULTS)}")
+        self.evaluation = {**EVAL_DEFAULTS, **self.evaluation}
+        if not self.arms or BASELINE in self.arms:
+            raise ValueError(f"arms must name at least one arm, none called {BASELINE!r}; got {list(self.arms)}")
+        for name, arm in self.arms.items():
+            bad = set(arm) - CHANNEL_FIELDS - {"pairs"}
+            if bad:
+                raise ValueError(f"arm {name!r}: {sorted(bad)} are not ComposerConfig channel fields "
+                                 f"({sorted(CHANNEL_FIELDS)}) or 'pairs'")
+            _check_channels(SimpleNamespace(**{**CHANNEL_DEFAULTS, **arm}))  # the message names the bad field
+            if arm.get("trace_replay_weight", 0) > 0 and arm.get("pairs") not in self.pairs:
+                raise ValueError(f"arm {name!r} has trace_replay_weight > 0 and needs 'pairs', one of "
+                                 f"{sorted(self.pairs)}; got {arm.get('pairs')!r}")
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        per_seed = self.grpo["steps"] * self.grpo["prompts_per_step"]
+        if per_seed > len(self.train):
+            raise ValueError(f"steps x prompts_per_step = {per_seed} tasks per seed, but the train split has "
+                             f"{len(self.train)}")
+        if not self.test:
+            raise ValueError("no test tasks to evaluate on")
+        overlap = {r["instance_id"] for r in self.train} & {r["instance_id"] for r in self.test}
+        if overlap:
+            raise ValueError(f"{len(overlap)} test tasks are also train tasks (e.g. {sorted(overlap)[0]})")
+
+
+def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict:
+    """A pairs dataset for the plan, with reference log-probs under the initial `student`, built once:
+    make() -> the datasets.Dataset (e.g. 003's pairs), saved under run_dir/inputs/<name>-<hash of source_key and
+    the student>/pairs. Rebuilt only when the source or the student changes, so the train jobs' hashes (which
+    include the saved file) stay put. Returns {"path", "rows", "skipped"} (skipped: prompts past the context)."""
+    from composer import pairs
+
+    def build(tmp: Path):
+        dataset, skipped = pairs.add_reference_logps(make(), student)
+        pairs.save(dataset, tmp / "pairs")
+        (tmp / "meta.json").write_text(json.dumps({"rows": len(dataset), "skipped": skipped}), encoding="utf-8")
+
+    folder = _publish(Path(run_dir) / "inputs" / f"{name}-{_hash(source=source_key, student=Path(student).name)}",
+                      build)
+    return {"path": str(folder / "pairs"), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))}
+
+
+def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
+    """The notebook's parameters (see notebooks/004-*.ipynb) -> (Plan, about), for the notebook and the
+    benchmark. The zoo profile's student, train and test splits; the pairs: 003's (pairs/ and shuffled/ under
+    p["pairs_dir"]) or, when missing, oracle pairs from p["oracle_pairs"] train tasks and their shuffled control.
+    Refuses a control of another size than B's pairs, and pairs from test tasks. about: pairs_source, inputs
+    ({name: prepare_pairs' dict}), oracle (bool), zoo profile, student path."""
+    from composer import pairs, zoo
+    from composer.env.environment import tool_schemas
+    from composer.paths import ROOT
+
+    if not p["student"].startswith("zoo:"):
+        raise ValueError(f"student={p['student']!r}: only zoo students run here. A live student needs SWE-bench "
+                         "Lite repositories in the environment, which CodingEnv cannot materialize yet (see "
+                         "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml)")
+    profile = zoo.PROFILES[p["student"].split(":", 1)[1]]
+    student = zoo.zoo(profile)["student"]
+    train, test = zoo.split_tasks(profile, "train"), zoo.split_tasks(profile, "test")
+    test = test[:p["n_test"]] if p["n_test"] else test
+    source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
+    oracle = not ((source / "pairs").is_dir() and (source / "shuffled").is_dir())
+    if oracle:
+        rows = pairs.oracle_pairs(train[:p["oracle_pairs"]], seed=p["seed"])
+        made = {"pairs": lambda: pairs.to_dataset(rows, tool_schemas()),
+                "shuffled": lambda: pairs.to_dataset(pairs.shuffled_pairs(rows, seed=p["seed"]), tool_schemas())}
+        keys = {name: _hash(oracle=[r["pair_id"] for r in rows], name=name, seed=p["seed"]) for name in made}
+        pairs_source = (f"oracle pairs ({len(rows)}: the expert's edit over the same edit with a slip, on train "
+                        f"tasks): 003's output was not found at {p['pairs_dir']}")
+    else:
+        made = {name: functools.partial(pairs.load, source / name) for name in ("pairs", "shuffled")}
+        keys = {name: _hash(text=(source / f"{name}.jsonl").read_text(encoding="utf-8")) for name in made}
+        pairs_source = f"003's pairs ({p['pairs_dir']})"
+    needed = sorted({a.get("pairs") for a in p["arms"].values() if a.get("trace_replay_weight", 0) > 0} - {None})
+    unknown = [n for n in needed if n not in made]
+    if unknown:
+        raise ValueError(f"arms ask for pairs {unknown}; there are {sorted(made)}")
+    inputs = {name: prepare_pairs(run_dir, name, made[name], student=student, source_key=keys[name])
+              for name in needed}
+    for name, info in inputs.items():
+        if info["rows"] == 0:
+            raise ValueError(f"the {name} dataset has no pair the student's context can hold "
+                             f"({info['skipped']} skipped)")
+    if {"pairs", "shuffled"} <= set(inputs) and inputs["pairs"]["rows"] != inputs["shuffled"]["rows"]:
+        raise ValueError(f"the control must have as many pairs as B: {inputs['shuffled']['rows']} shuffled vs "
+                         f"{inputs['pairs']['rows']}")
+    test_ids = {r["instance_id"] for r in test}
+    leaked = sorted({t for info in inputs.values() for t in pairs.load(info["path"])["task_id"]} & test_ids)
+    if leaked:
+        raise ValueError(f"pairs come from test tasks ({leaked[:3]}): the evaluation would not be held out")
+    plan = Plan(
+        student=student, train=train, test=test, arms=p["arms"], seeds=p["seeds"],
+        pairs={name: info["path"] for name, info in inputs.items()},
+        grpo=dict(steps=p["steps"], prompts_per_step=p["prompts_per_step"], generations=p["generations"],
+                  max_completion_length=p["max_completion_length"],
+                  max_tool_calling_iterations=p["max_tool_calling_iterations"], temperature=p["temperature"],
+                  learning_rate=p["learning_rate"], **p["trainer_config"]),
+        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"],
+                        max_new_tokens=p["max_new_tokens"] or profile.max_new_tokens, seed=p["seed"]),
+        env=dataclasses.replace(profile.env, max_steps=p["env_max_steps"]))
+    return plan, {"pairs_source": pairs_source, "inputs": inputs, "oracle": oracle, "profile": profile,
+                  "student": student}
+
+
+def seed_tasks(plan: Plan, seed: int) -> list[dict]:
+    """The train tasks of one seed, in order: the same for every arm of that seed."""
+    tasks = list(plan.train)
+    random.Random(seed).shuffle(tasks)
+    return tasks[:plan.grpo["steps"] * plan.grpo["prompts_per_step"]]
+
+
+def _records_key(records: list[dict]) -> str:
+    return _hash(records=records)
+
+
+def _file_key(path) -> str:
+    """A pairs dataset's identity: its JSONL twin (what pairs.save writes next to the folder)."""
+    jsonl = Path(path).with_suffix(".jsonl")
+    if not jsonl.is_file():
+        raise FileNotFoundError(f"{jsonl}: a pairs dataset saved by composer.pairs.save has this JSONL twin")
+    return _hash(text=jsonl.read_text(encoding="utf-8"))
+
+
+def jobs(plan: Plan) -> list[dict]:
+    """Every job of the plan, trainings before their evaluations, each with its `key` (the folder name)."""
+    from composer.zoo import _versions
+
+    student = Path(plan.student)
+    base = dict(student=student.name if student.is_dir() else plan.student, env=dataclasses.asdict(plan.env),
+                **_versions())
+    evaluation = dict(test=_records_key(plan.test), **plan.evaluation)
+    out = [{"kind": "eval", "arm": BASELINE, "seed": None, "model": plan.student,
+            "key": f"eval-{BASELINE}-" + _hash(model=base, **evaluation)}]
+    pair_keys = {}
+    for seed, (name, arm) in itertools.product(range(plan.seeds), plan.arms.items()):
+        pairs = arm.get("pairs") if arm.get("trace_replay_weight", 0) > 0 else None
+        if pairs is not None and pairs not in pair_keys:
+            pair_keys[pairs] = _file_key(plan.pairs[pairs])
+        channels = {k: v for k, v in arm.items() if k != "pairs"}
+        train_key = f"train-{name}-s{seed}-" + _hash(
+            **base, seed=seed, tasks=_records_key(seed_tasks(plan, seed)), grpo=plan.grpo, channels=channels,
+            pairs=pair_keys.get(pairs))
+        out.append({"kind": "train", "arm": name, "seed": seed, "channels": channels,
+                    "pairs": plan.pairs[pairs] if pairs else None, "key": train_key})
+        out.append({"kind": "eval", "arm": name, "seed": seed, "after": train_key,
+                    "key": f"eval-{name}-s{seed}-" + _hash(model=train_key, **evaluation)})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The two kinds of job (run in a worker process, or in this one)
+
+
+def _train(plan: Plan, job: dict, out: Path) -> dict:
+    from composer import collect, pairs
+
+    dataset = pairs.load(job["pairs"]) if job["pairs"] else None
+    grpo = dict(plan.grpo)
+    trainer = collect.build_trainer(
+        plan.student, seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
+        recording_env=False, channels=job["channels"], pairs_dataset=dataset, **grpo)
+    start = time.perf_counter()
+    try:
+        trainer.train()
+    finally:
+        collect.close_environments(trainer)
+    wall = time.perf_counter() - start
+    trainer.save_model(str(out / "model"))
+    shutil.rmtree(out / "trainer", ignore_errors=True)  # TRL's run folder: logs we keep below
+    return {"wall_s": round(wall, 2), "log": trainer.state.log_history, "model": "model"}
+
+
+def _evaluate(plan: Plan, job: dict, model: Path) -> dict:
+    from composer import policies
+
+    settings = plan.evaluation
+    start = time.perf_counter()
+    _, runs = policies.evaluate(model, plan.test, k=1, n=settings["k"], temperature=settings["temperature"],
+                                seed=settings["seed"], env_config=plan.env,
+                                max_new_tokens=settings["max_new_tokens"], return_rollouts=True)
+    wall = time.perf_counter() - start
+    k = settings["k"]
+    return {"wall_s": round(wall, 2), "task_ids": [r["instance_id"] for r in plan.test],
+            "outcomes": [[int(runs[i * k + j][2] == 1.0) for j in range(k)] for i in range(len(plan.test))],
+            "steps": sum(r[3]["steps"] for r in runs), "malformed": sum(r[3]["malformed"] for r in runs),
+            "submitted": sum(r[3]["submitted"] for r in runs)}
+
+
+def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads: int | None) -> dict:
+    """Do one job into its folder (published when done) and return its result."""
+    import torch
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    if threads:
+        torch.set_num_threads(threads)
+
+    def build(tmp: Path):
+        if job["kind"] == "train":
+            result = _train(plan, job, tmp)
+        else:
+            model = plan.student if job["arm"] == BASELINE else jobs_dir / job["after"] / "model"
+            result = _evaluate(plan, job, Path(model))
+        if fresh_process:  # Linux reports kilobytes
+            result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        (tmp / "result.json").write_text(json.dumps(
+            {**result, "job": {k: v for k, v in job.items() if k != "key"}}, default=str), encoding="utf-8")
+
+    return read(_publish(jobs_dir / job["key"], build))
+
+
+def read(folder: Path) -> dict:
+    return json.loads((Path(folder) / "result.json").read_text(encoding="utf-8"))
+
+
+def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_only: bool = False) -> dict:
+    """Do every job of the plan not finished yet (see the module docstring) and return every result:
+    {"baseline": eval result, (arm, seed): {"train": ..., "eval": ..., "keys": (train key, eval key)}}
+    (train_only: the trainings alone, e.g. for the benchmark). A failing job stops the run with its name once
+    the jobs already running have finished (their results are kept)."""
+    jobs_dir = Path(run_dir) / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    for stale in jobs_dir.glob(".*.tmp"):  # a killed run's unfinished job
+        shutil.rmtree(stale, ignore_errors=True)
+    todo = [j for j in jobs(plan) if j["kind"] == "train" or not train_only]
+    done = {j["key"]: read(jobs_dir / j["key"]) for j in todo if (jobs_dir / j["key"] / "result.json").is_file()}
+    pending = [j for j in todo if j["key"] not in done]
+    bar = tqdm(total=len(todo), initial=len(done), desc="004 jobs", unit="job", disable=not progress)
+    threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+                  // max(workers, 1)) if workers else None
+
+    def ready(job):
+        return job.get("after") is None or job["after"] in done
+
+    try:
+        if workers == 0:
+            for job in pending:
+                bar.set_postfix_str(job["key"].rsplit("-", 1)[0])
+                try:
+                    done[job["key"]] = _run_job(plan, job, jobs_dir, False, None)
+                except Exception as e:
+                    raise RuntimeError(f"004 job {job['key']} failed: {e!r}") from e
+                bar.update()
+        else:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
+                running, failure = {}, None
+                while pending or running:
+                    for job in [j for j in pending if ready(j) and failure is None][:workers - len(running)]:
+                        pending.remove(job)
+                        running[pool.submit(_run_job, plan, job, jobs_dir, True, threads)] = job
+                    if not running:
+                        break
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        job = running.pop(future)
+                        try:
+                            done[job["key"]] = future.result()
+                            bar.update()
+                        except Exception as e:  # noqa: BLE001 - re-raised below with the job's name
+                            failure = failure or (job, e)
+                if failure:
+                    raise RuntimeError(f"004 job {failure[0]['key']} failed: {failure[1]!r}") from failure[1]
+    finally:
+        bar.close()
+    results = {}
+    for job in todo:
+        if job["arm"] == BASELINE:
+            results[BASELINE] = done[job["key"]]
+        else:
+            cell = results.setdefault((job["arm"], job["seed"]), {"keys": ()})
+            cell[job["kind"]] = done[job["key"]]
+            cell["keys"] += (job["key"],)
+    return results
+
+
+def outcomes(results: dict, arm: str, seeds: int):
+    """seeds x tasks x samples of 0/1 for ab.compare (the baseline: the same outcomes for every seed)."""
+    import numpy as np
+
+    if arm == BASELINE:
+        return np.array([results[BASELINE]["outcomes"]] * seeds)
+    return np.array([results[arm, s]["eval"]["outcomes"] for s in range(seeds)])
+
+
+def train_curve(results: dict, arm: str, seeds: int, metric: str = "reward") -> list[list[float]]:
+    """One list per seed: `metric` at every logged training step (nan where a step did not log it)."""
+    return [[h.get(metric, float("nan")) for h in results[arm, s]["train"]["log"] if "step" in h and "loss" in h]
+            for s in range(seeds)]
+

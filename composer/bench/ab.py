@@ -1,0 +1,66 @@
+"""Spike 004's cost per arm: wall time and peak memory of one seed's training, each arm in a fresh process.
+
+    python -m composer bench ab                      # the report profile's scale (params/report/004-*.yaml)
+    python -m composer bench ab --profile default    # the notebook's defaults (smoke scale: seconds)
+
+    from composer.bench.ab import measure
+    result = measure("report")                        # the dict printed as the last stdout line
+
+Each arm of the spike's parameters (A, B, control, ...) trains seed 0 from the same checkpoint on the same tasks
+with the same GRPO budget, exactly as the notebook's jobs do (composer.arms, the same plan), one after another in a
+fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
+the trainer's train() (generation, environment, grading, loss and optimizer steps); peak memory is the process's peak
+RSS (getrusage), interpreter and imports included, so the arms differ by what their training adds. Evaluation is
+excluded: it is the same job for every arm. Target (issue 7): B's time <= 1.5 x A's (`b_over_a_time`).
+"""
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+
+from composer import arms as ablib
+from composer import run
+
+SLUG = "004-ab-train-grpo-vs-trace-replay-dpo"
+TARGETS = {"b_over_a_time": 1.5}
+
+
+def measure(profile: str = "report", *, reference: str | None = None, treatment: str | None = None) -> dict:
+    params, _ = run.effective_parameters(SLUG, profile=profile)
+    reference, treatment = reference or params["reference"], treatment or params["treatment"]
+    with tempfile.TemporaryDirectory(prefix="composer-bench-ab-") as tmp:
+        plan, about = ablib.plan_from_parameters({**params, "seeds": 1}, tmp)
+        start = time.perf_counter()
+        done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
+        total = time.perf_counter() - start
+    per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
+                     "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"]} for arm in plan.arms}
+    ratio = per_arm[treatment]["wall_s"] / per_arm[reference]["wall_s"]
+    return {
+        "b_over_a_time": round(ratio, 3),
+        "b_over_a_mem": round(per_arm[treatment]["peak_rss_bytes"] / per_arm[reference]["peak_rss_bytes"], 3),
+        "arms": per_arm, "reference": reference, "treatment": treatment, "profile": profile,
+        "scale": {k: params[k] for k in ("student", "steps", "prompts_per_step", "generations",
+                                         "max_completion_length", "env_max_steps")},
+        "pairs": {"source": about["pairs_source"], **{n: i["rows"] for n, i in about["inputs"].items()}},
+        "targets": TARGETS, "meets_targets": {"b_over_a_time": ratio <= TARGETS["b_over_a_time"]},
+        "scope": "one seed's training per arm, each in a fresh process; evaluation excluded (the same per arm); "
+                 "peak memory is the process's peak RSS, interpreter and imports included",
+        "total_s": round(total, 1), "device": "cpu", "machine": platform.machine(),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m composer bench ab", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="report", choices=run.PROFILES,
+                        help="whose parameters: report (default), default (the notebook's), live")
+    args = parser.parse_args(argv)
+    result = measure(args.profile)
+    for arm, figures in result["arms"].items():
+        print(f"{arm}: {figures['wall_s']:.1f} s, peak RSS {figures['peak_rss_bytes'] / 2**20:.0f} MiB",
+              file=sys.stderr)
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,209 @@
+"""composer.arms: the A/B's plan (validation, pairing), job hashing, caching and resume, the pairs inputs.
+
+    .venv/bin/pytest -q tests/test_arms.py
+
+Most tests replace the two kinds of job with fakes (the orchestration is what they check); one runs real GRPO
+jobs of the smoke zoo's student end to end, in this process. The spawned-process path runs in
+tests/test_bench_ab.py and in the notebook's report profile.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from composer import arms, pairs, zoo
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def _task(i: int, split: str = "train") -> dict:
+    return {"instance_id": f"{split}-{i}", "repo": "x"}
+
+
+def _plan(tmp_path=None, **changes) -> arms.Plan:
+    settings = dict(student="tiny-student", train=[_task(i) for i in range(6)],
+                    test=[_task(i, "test") for i in range(3)],
+                    arms={"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"}}, seeds=2,
+                    pairs={"pairs": str(_pairs_file(tmp_path))} if tmp_path else {},
+                    grpo=dict(steps=1, prompts_per_step=2))
+    settings.update(changes)
+    return arms.Plan(**settings)
+
+
+def _pairs_file(tmp_path, text=None):
+    """A pairs dataset's folder and JSONL twin (what a job key hashes); written once unless text is given."""
+    folder = tmp_path / "inputs" / "pairs"
+    folder.mkdir(parents=True, exist_ok=True)
+    if text is not None or not folder.with_suffix(".jsonl").exists():
+        folder.with_suffix(".jsonl").write_text(text or '{"pair_id": "p0"}\n')
+    return folder
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(arms={"A": {"learning_rate": 1.0}}), r"\['learning_rate'\] are not ComposerConfig channel fields"),
+    (dict(arms={"A": {"trace_replay_weight": -1.0}}), "trace_replay_weight must be >= 0"),
+    (dict(arms={"B": {"trace_replay_weight": 0.5}}), "arm 'B' has trace_replay_weight > 0 and needs 'pairs'"),
+    (dict(arms={"baseline": {}}), "none called 'baseline'"),
+    (dict(arms={}), "at least one arm"),
+    (dict(seeds=0), "seeds must be >= 1"),
+    (dict(grpo=dict(steps=4, prompts_per_step=2)), "8 tasks per seed, but the train split has 6"),
+    (dict(test=[_task(1)]), "also train tasks"),
+    (dict(test=[]), "no test tasks"),
+    (dict(evaluation=dict(k=2, temprature=1.0)), r"unknown settings \['temprature'\]"),
+])
+def test_a_bad_plan_is_refused_with_the_field_named(tmp_path, changes, match):
+    with pytest.raises(ValueError, match=match):
+        _plan(tmp_path, **changes)
+
+
+def test_every_arm_of_a_seed_trains_on_the_same_tasks_and_seeds_differ(tmp_path):
+    plan = _plan(tmp_path)
+    assert arms.seed_tasks(plan, 0) == arms.seed_tasks(plan, 0) and len(arms.seed_tasks(plan, 0)) == 2
+    assert arms.seed_tasks(plan, 0) != arms.seed_tasks(plan, 1)
+    trains = [j for j in arms.jobs(plan) if j["kind"] == "train"]
+    assert [(j["arm"], j["seed"]) for j in trains] == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
+    assert trains[0]["pairs"] is None and trains[1]["pairs"] == plan.pairs["pairs"]
+
+
+def test_job_keys_change_with_what_determines_the_job_and_only_that(tmp_path):
+    def keys(plan):
+        return {(j["kind"], j["arm"], j["seed"]): j["key"] for j in arms.jobs(plan)}
+
+    base = keys(_plan(tmp_path))
+    assert keys(_plan(tmp_path)) == base  # deterministic
+    lr = keys(_plan(tmp_path, grpo=dict(steps=1, prompts_per_step=2, learning_rate=1e-4)))
+    assert lr[("eval", "baseline", None)] == base[("eval", "baseline", None)]  # the baseline did not train
+    assert all(lr[k] != base[k] for k in base if k[1] != "baseline")
+    k2 = keys(_plan(tmp_path, evaluation=dict(k=2)))
+    assert all(k2[k] == base[k] for k in base if k[0] == "train")
+    assert all(k2[k] != base[k] for k in base if k[0] == "eval")
+    _pairs_file(tmp_path, '{"pair_id": "other"}\n')  # the pairs changed on disk: B retrains, A does not
+    changed = keys(_plan(tmp_path))
+    assert changed[("train", "A", 0)] == base[("train", "A", 0)]
+    assert changed[("train", "B", 0)] != base[("train", "B", 0)]
+
+
+@pytest.fixture
+def fake_jobs(monkeypatch):
+    calls = []
+
+    def train(plan, job, out):
+        calls.append(("train", job["arm"], job["seed"]))
+        (out / "model").mkdir()
+        (out / "model" / "weights").write_text(f"{job['arm']}{job['seed']}")
+        return {"wall_s": 1.0, "log": [{"step": 1, "loss": 0.0, "reward": 0.5}], "model": "model"}
+
+    def evaluate(plan, job, model):
+        calls.append(("eval", job["arm"], job["seed"]))
+        hit = 0 if job["arm"] == arms.BASELINE else int((model / "weights").read_text().startswith("B"))
+        return {"wall_s": 0.5, "task_ids": [r["instance_id"] for r in plan.test],
+                "outcomes": [[hit] * plan.evaluation["k"] for _ in plan.test]}
+
+    monkeypatch.setattr(arms, "_train", train)
+    monkeypatch.setattr(arms, "_evaluate", evaluate)
+    return calls
+
+
+def test_run_reuses_finished_jobs_and_resumes_at_the_unfinished_one(tmp_path, fake_jobs):
+    plan = _plan(tmp_path)
+    first = arms.run(plan, tmp_path, progress=False)
+    assert len(fake_jobs) == 1 + 2 * 2 * 2  # baseline + (train, eval) x 2 arms x 2 seeds
+    assert arms.outcomes(first, "B", 2).shape == (2, 3, 1) and arms.outcomes(first, "B", 2).all()
+    assert not arms.outcomes(first, "A", 2).any() and arms.outcomes(first, "baseline", 2).shape == (2, 3, 1)
+    assert arms.train_curve(first, "A", 2) == [[0.5], [0.5]]
+
+    fake_jobs.clear()
+    assert arms.run(plan, tmp_path, progress=False) == first and fake_jobs == []  # all cached
+
+    # A killed run: B seed 1's evaluation never published, a half-written folder left behind
+    key = next(j["key"] for j in arms.jobs(plan) if (j["kind"], j["arm"], j["seed"]) == ("eval", "B", 1))
+    shutil.rmtree(tmp_path / "jobs" / key)
+    (tmp_path / "jobs" / f".{key}.abc.tmp").mkdir()
+    again = arms.run(plan, tmp_path, progress=False)
+    assert fake_jobs == [("eval", "B", 1)] and again == first
+    assert not list((tmp_path / "jobs").glob(".*.tmp"))
+
+
+def test_a_failing_job_is_named_and_the_finished_ones_are_kept(tmp_path, fake_jobs, monkeypatch):
+    def broken(plan, job, out):
+        if job["arm"] == "B":
+            raise OSError("disk full")
+        (out / "model").mkdir()
+        (out / "model" / "weights").write_text("A")
+        return {"wall_s": 1.0, "log": [], "model": "model"}
+
+    monkeypatch.setattr(arms, "_train", broken)
+    with pytest.raises(RuntimeError, match=r"004 job train-B-s0-\w+ failed: OSError\('disk full'\)"):
+        arms.run(_plan(tmp_path), tmp_path, progress=False)
+    finished = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "jobs").iterdir())
+    assert finished == ["eval-A-s0", "eval-baseline", "train-A-s0"] and not list((tmp_path / "jobs").glob(".*"))
+
+
+def test_prepare_pairs_builds_once_per_source_and_student(tmp_path, monkeypatch):
+    made = []
+
+    def add_reference_logps(dataset, student):
+        return dataset.add_column("ref_chosen_logps", [-1.0]).add_column("ref_rejected_logps", [-2.0]), 0
+
+    monkeypatch.setattr(pairs, "add_reference_logps", add_reference_logps)
+
+    def make():
+        made.append(1)
+        return pairs.to_dataset([{"pair_id": "p", "task_id": "train-0", "prompt": [{"role": "user", "content": "x"}],
+                                  "chosen": "a", "rejected": "b", "margin": 1.0}])
+
+    first = arms.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-1", source_key="k")
+    again = arms.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-1", source_key="k")
+    assert first == again and made == [1] and first["rows"] == 1 and first["skipped"] == 0
+    assert pairs.load(first["path"])["ref_chosen_logps"] == [-1.0]
+    other = arms.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-2", source_key="k")
+    assert other["path"] != first["path"] and made == [1, 1]
+
+
+def _parameters(**changes) -> dict:
+    from composer import run
+
+    values, _ = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")
+    return {**values, **changes}
+
+
+def test_plan_from_parameters_refuses_a_live_student_naming_the_gap(tmp_path):
+    with pytest.raises(ValueError, match="cannot materialize"):
+        arms.plan_from_parameters(_parameters(student="Qwen/Qwen3-8B"), tmp_path)
+
+
+def test_plan_from_parameters_refuses_pairs_from_test_tasks_and_an_unequal_control(tmp_path):
+    test_task = zoo.split_tasks(zoo.PROFILES["smoke"], "test")[0]["instance_id"]
+    row = {"pair_id": "p", "task_id": test_task, "prompt": [{"role": "user", "content": "x"}], "chosen": "a",
+           "rejected": "b", "margin": 1.0}
+    source = tmp_path / "003"
+    pairs.save(pairs.to_dataset([row]), source / "pairs")
+    pairs.save(pairs.to_dataset([row, {**row, "pair_id": "q"}]), source / "shuffled")
+    with pytest.raises(ValueError, match="as many pairs as B: 2 shuffled vs 1"):
+        arms.plan_from_parameters(_parameters(pairs_dir=str(source)), tmp_path / "run")
+    pairs.save(pairs.to_dataset([row]), source / "shuffled")
+    with pytest.raises(ValueError, match="pairs come from test tasks"):
+        arms.plan_from_parameters(_parameters(pairs_dir=str(source)), tmp_path / "run")
+
+
+def test_real_jobs_end_to_end_on_the_smoke_zoo(tmp_path):
+    """Real GRPO (+ DPO on oracle pairs) and real evaluations, in this process: every arm's model is its own,
+    outcomes are 0/1 per task and sample, the B arm logged its DPO channel."""
+    plan, about = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    assert about["oracle"] and about["inputs"]["pairs"]["rows"] == about["inputs"]["shuffled"]["rows"] > 0
+    done = arms.run(plan, tmp_path, progress=False)
+    for arm in plan.arms:
+        cell = done[arm, 0]
+        assert (tmp_path / "jobs" / cell["keys"][0] / "model" / "model.safetensors").is_file()
+        x = np.array(cell["eval"]["outcomes"])
+        assert x.shape == (len(plan.test), plan.evaluation["k"]) and set(x.ravel()) <= {0, 1}
+        assert cell["eval"]["task_ids"] == [r["instance_id"] for r in plan.test]
+    logged = [h for h in done["B", 0]["train"]["log"] if "loss" in h]
+    assert logged and "trace_replay/reward_accuracy" in logged[0]
+    assert "trace_replay/reward_accuracy" not in [h for h in done["A", 0]["train"]["log"] if "loss" in h][0]
+    result = json.loads((tmp_path / "jobs" / done["B", 0]["keys"][0] / "result.json").read_text())
+    assert result["job"]["pairs"] == about["inputs"]["pairs"]["path"]
