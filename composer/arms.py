@@ -284,12 +284,22 @@ def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads
         else:
             model = plan.student if job["arm"] == BASELINE else jobs_dir / job["after"] / "model"
             result = _evaluate(plan, job, Path(model))
-        if fresh_process:  # Linux reports kilobytes
-            result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if fresh_process:
+            result["peak_rss_bytes"] = peak_rss_bytes()
         (tmp / "result.json").write_text(json.dumps(
             {**result, "job": {k: v for k, v in job.items() if k != "key"}}, default=str), encoding="utf-8")
 
     return read(_publish(jobs_dir / job["key"], build))
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak RSS: VmHWM, the high-water mark of its address space. Not getrusage's ru_maxrss,
+    which a spawned child inherits from its parent across fork and exec (every job would report the parent's)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 
 
 def read(folder: Path) -> dict:

@@ -10,7 +10,7 @@ Each arm of the spike's parameters (A, B, control, ...) trains seed 0 from the s
 with the same GRPO budget, exactly as the notebook's jobs do (composer.arms, the same plan), one after another in a
 fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
 the trainer's train() (generation, environment, grading, loss and optimizer steps); peak memory is the process's peak
-RSS (getrusage), interpreter and imports included, so the arms differ by what their training adds. Evaluation is
+RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds. Evaluation is
 excluded: it is the same job for every arm. Target (issue 7): B's time <= 1.5 x A's (`b_over_a_time`).
 """
 
