@@ -57,6 +57,11 @@ def zero_discordance_interval(n_cells: int, confidence: float = 0.95) -> stats.C
     return stats.CI(0.0, -bound, bound, confidence, "zero discordant cells: exact bound", n_cells)
 
 
+def cells_for_zero_discordance_bound(effect: float, confidence: float = 0.95) -> int:
+    """The fewest cells at which zero_discordance_interval lies inside (-effect, effect)."""
+    return math.floor(math.log((1 - confidence) / 2) / math.log(1 - effect)) + 1
+
+
 def tasks_needed(discordance: float, effect: float, seeds: int, *, alpha: float = 0.05, power: float = 0.8) -> int:
     """Tasks per seed for which stats.min_detectable_effect_paired_binary(seeds * tasks, discordance) <= effect:
     the same formula solved for n. `discordance`: the share of (seed, task) cells whose outcome differs
@@ -75,7 +80,8 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
     of B - A over seeds x tasks cells; with no discordant cell, `zero_discordance_interval`), per_seed (paired bootstrap CI over tasks, one per seed), mcnemar (exact,
     on sample outcomes paired by seed, task and sample), discordance (share of cells whose pass@1 differs; with
     none, half a cell: the data cannot size it), mde (min_detectable_effect_paired_binary at seeds x tasks
-    cells), verdict, tasks_needed (None unless INCONCLUSIVE)."""
+    cells; with no discordant cell, the exact bound), verdict, tasks_needed (None unless INCONCLUSIVE; with no
+    discordant cell, the tasks per seed at which the exact bound would fall under min_effect)."""
     a, b = _outcomes(a, "a"), _outcomes(b, "b")
     if a.shape != b.shape:
         raise ValueError(f"a and b must be evaluated on the same seeds, tasks and samples: {a.shape} vs {b.shape}")
@@ -90,6 +96,12 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
                                             seed=seed) for i in range(n_seeds)] if n_tasks >= 2 else []
     discordance = max(float(np.mean(cells_a != cells_b)), 0.5 / (n_seeds * n_tasks))
     decided = verdict(diff.estimate, diff.low, diff.high, min_effect)
+    if np.any(cells_a != cells_b):
+        mde = stats.min_detectable_effect_paired_binary(n_seeds * n_tasks, discordance=discordance)
+        needed = tasks_needed(discordance, min_effect, n_seeds)
+    else:  # the normal approximation has nothing to work with: what the exact bound can exclude, and when
+        mde = diff.high
+        needed = math.ceil(cells_for_zero_discordance_bound(min_effect, confidence) / n_seeds)
     return {
         "pass1": {arm: {"mean": float(x.mean()), "wilson": stats.wilson_interval(int(x.sum()), x.size,
                                                                                   confidence=confidence).as_dict()}
@@ -98,8 +110,8 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
         "per_seed": [ci.as_dict() for ci in per_seed],
         "mcnemar": stats.mcnemar_from_outcomes(a.ravel(), b.ravel()),
         "discordance": discordance,
-        "mde": stats.min_detectable_effect_paired_binary(n_seeds * n_tasks, discordance=discordance),
+        "mde": mde,
         "min_effect": min_effect,
         "verdict": decided,
-        "tasks_needed": tasks_needed(discordance, min_effect, n_seeds) if decided == "INCONCLUSIVE" else None,
+        "tasks_needed": needed if decided == "INCONCLUSIVE" else None,
     }

@@ -77,6 +77,10 @@ def test_identical_arms_are_never_validated_and_say_how_many_tasks_would_be_need
     bound = 1 - 0.025 ** (1 / 60)
     assert r["diff"]["estimate"] == 0 and (r["diff"]["low"], r["diff"]["high"]) == pytest.approx((-bound, bound))
     assert r["verdict"] == "INCONCLUSIVE" and bound == pytest.approx(0.0596, abs=1e-4)
+    assert r["mde"] == r["diff"]["high"]  # what the data can exclude, not the normal approximation's figure
+    assert ab.cells_for_zero_discordance_bound(0.02) == 183  # 1 - 0.025 ** (1 / n) < 0.02 from n = 183
+    assert ab.zero_discordance_interval(183).high < 0.02 <= ab.zero_discordance_interval(182).high
+    assert r["tasks_needed"] == 61  # 183 cells over 3 seeds
     many = (rng.random((3, 200, 1)) < 0.3).astype(float)  # 600 agreeing cells bound it under 2 points
     assert ab.compare(many, many.copy(), n_resamples=50)["verdict"] == "INVALIDATED"
     # Two independent draws of the same 30% policy: 60 cells cannot tell 2 points from 0

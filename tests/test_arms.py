@@ -207,3 +207,15 @@ def test_real_jobs_end_to_end_on_the_smoke_zoo(tmp_path):
     assert "trace_replay/reward_accuracy" not in [h for h in done["A", 0]["train"]["log"] if "loss" in h][0]
     result = json.loads((tmp_path / "jobs" / done["B", 0]["keys"][0] / "result.json").read_text())
     assert result["job"]["pairs"] == about["inputs"]["pairs"]["path"]
+
+
+def test_a_spawned_jobs_peak_memory_is_its_own_not_its_parents():
+    """getrusage's ru_maxrss survives fork + exec: a spawned job would report its parent's high-water mark."""
+    import multiprocessing
+
+    ballast = bytearray(1024 * 2**20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touch every page: 1 GiB resident in the parent
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        child = pool.apply(arms.peak_rss_bytes)
+    assert child + 512 * 2**20 < arms.peak_rss_bytes()
+    del ballast
