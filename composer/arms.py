@@ -126,7 +126,7 @@ def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict
 def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     """The notebook's parameters (see notebooks/004-*.ipynb) -> (Plan, about), for the notebook and the
     benchmark. The zoo profile's student, train and test splits; the pairs: 003's (pairs/ and shuffled/ under
-    p["pairs_dir"]) or, when missing, oracle pairs from p["oracle_pairs"] train tasks and their shuffled control.
+    p["pairs_dir"]) or, when it is "" or missing, oracle pairs from p["oracle_pairs"] train tasks and their shuffled control.
     Refuses a control of another size than B's pairs, and pairs from test tasks. about: pairs_source, inputs
     ({name: prepare_pairs' dict}), oracle (bool), zoo profile, student path."""
     from composer import pairs, zoo
@@ -142,14 +142,15 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     train, test = zoo.split_tasks(profile, "train"), zoo.split_tasks(profile, "test")
     test = test[:p["n_test"]] if p["n_test"] else test
     source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
-    oracle = not ((source / "pairs").is_dir() and (source / "shuffled").is_dir())
+    oracle = not (p["pairs_dir"] and (source / "pairs").is_dir() and (source / "shuffled").is_dir())
     if oracle:
         rows = pairs.oracle_pairs(train[:p["oracle_pairs"]], seed=p["seed"])
         made = {"pairs": lambda: pairs.to_dataset(rows, tool_schemas()),
                 "shuffled": lambda: pairs.to_dataset(pairs.shuffled_pairs(rows, seed=p["seed"]), tool_schemas())}
         keys = {name: _hash(oracle=[r["pair_id"] for r in rows], name=name, seed=p["seed"]) for name in made}
         pairs_source = (f"oracle pairs ({len(rows)}: the expert's edit over the same edit with a slip, on train "
-                        f"tasks): 003's output was not found at {p['pairs_dir']}")
+                        "tasks): " + (f"003's output was not found at {p['pairs_dir']}" if p["pairs_dir"]
+                                      else "no pairs_dir given"))
     else:
         made = {name: functools.partial(pairs.load, source / name) for name in ("pairs", "shuffled")}
         keys = {name: _hash(text=(source / f"{name}.jsonl").read_text(encoding="utf-8")) for name in made}
