@@ -87,21 +87,21 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
         raise ValueError(f"a and b must be evaluated on the same seeds, tasks and samples: {a.shape} vs {b.shape}")
     n_seeds, n_tasks, _ = a.shape
     cells_a, cells_b = a.mean(axis=2), b.mean(axis=2)
-    if np.any(cells_a != cells_b):
+    n_cells = n_seeds * n_tasks
+    discordant = cells_a != cells_b
+    discordance = max(float(np.mean(discordant)), 0.5 / n_cells)
+    if discordant.any():
         diff = stats.two_level_bootstrap(cells_b - cells_a, confidence=confidence, n_resamples=n_resamples,
                                          seed=seed)
-    else:
-        diff = zero_discordance_interval(n_seeds * n_tasks, confidence)
-    per_seed = [stats.paired_bootstrap_diff(cells_a[i], cells_b[i], confidence=confidence, n_resamples=n_resamples,
-                                            seed=seed) for i in range(n_seeds)] if n_tasks >= 2 else []
-    discordance = max(float(np.mean(cells_a != cells_b)), 0.5 / (n_seeds * n_tasks))
-    decided = verdict(diff.estimate, diff.low, diff.high, min_effect)
-    if np.any(cells_a != cells_b):
-        mde = stats.min_detectable_effect_paired_binary(n_seeds * n_tasks, discordance=discordance)
+        mde = stats.min_detectable_effect_paired_binary(n_cells, discordance=discordance)
         needed = tasks_needed(discordance, min_effect, n_seeds)
-    else:  # the normal approximation has nothing to work with: what the exact bound can exclude, and when
+    else:  # the bootstrap and the normal approximation have nothing to work with: the exact bound, and when
+        diff = zero_discordance_interval(n_cells, confidence)
         mde = diff.high
         needed = math.ceil(cells_for_zero_discordance_bound(min_effect, confidence) / n_seeds)
+    per_seed = [stats.paired_bootstrap_diff(cells_a[i], cells_b[i], confidence=confidence, n_resamples=n_resamples,
+                                            seed=seed) for i in range(n_seeds)] if n_tasks >= 2 else []
+    decided = verdict(diff.estimate, diff.low, diff.high, min_effect)
     return {
         "pass1": {arm: {"mean": float(x.mean()), "wilson": stats.wilson_interval(int(x.sum()), x.size,
                                                                                   confidence=confidence).as_dict()}
