@@ -127,7 +127,7 @@ def test_parent_secrets_are_not_visible_and_home_is_a_temp_dir(repo, monkeypatch
     env = __import__("json").loads(out)
     assert set(env) == set(sandbox.scrubbed_env())
     assert env["PYTHONHASHSEED"] == "0" and env["HOME"] != os.environ.get("HOME")
-    assert "composer-sbx-" in env["HOME"]
+    assert env["HOME"] == "/tmp" if MODE == "root-ns" else "composer-sbx-" in env["HOME"]  # the private /tmp
 
 
 @pytest.mark.skipif(not NAMESPACED, reason="network isolation needs a network namespace")
@@ -163,7 +163,7 @@ def test_child_writes_only_its_repo_and_ownership_is_restored(repo, tmp_path):
         try:
             open(target, "w").write("x")
             print("WROTE", target)
-        except PermissionError:
+        except OSError:  # not there (another mount namespace), read-only, or not ours
             print("denied", target)
     """
     rc, out, _ = py(repo, code)
@@ -377,47 +377,9 @@ def test_worker_reports_what_a_cold_run_reports(repo, worker):
     assert worker.starts == 1 and "2 failed" in worker.run(["tests/test_x.py"]).output
 
 
-@pytest.mark.skipif(MODE != "root-ns", reason="another copy runs warm only in root-ns mode (else: cold, tested below)")
-def test_worker_runs_in_another_copy_warm_and_gives_it_back(repo, worker, tmp_path):
-    # What grading does (composer.env.swebench): a fresh copy, run by a new child of the episode's server.
-    write(repo, "calc.py", "VALUE = 1\n")
-    write(repo, "tests/test_v.py", "import calc\n\ndef test_value():\n    assert calc.VALUE == 2\n")
-    ids = ["tests/test_v.py::test_value"]
-    assert worker.run(ids).outcomes == {ids[0]: False}
-    pid = worker.pid
-    outer = Path(tempfile.mkdtemp(dir=tmp_path))
-    outer.chmod(0o711)
-    copy = outer / "repo"
-    shutil.copytree(repo, copy)
-    write(copy, "calc.py", "VALUE = 2\n")
-    owner = (copy.stat().st_uid, (copy / "calc.py").stat().st_uid)
-    run = worker.run(ids, repo=copy)
-    assert run.outcomes == {ids[0]: True} and run.error is None
-    assert (worker.pid, worker.starts, worker.fallback) == (pid, 1, None)  # the same server, warm
-    assert (copy.stat().st_uid, (copy / "calc.py").stat().st_uid) == owner  # handed back after the run
-    assert worker.run(ids).outcomes == {ids[0]: False}  # and the worker's own repo is still its default
-    assert sandbox.run_pytest(copy, ids).outcomes == run.outcomes
-
-
-@needs_ns
-def test_worker_runs_another_copy_cold_unless_runs_cannot_reach_the_server(repo, worker, monkeypatch):
-    # In "user-ns" mode a run holds its namespace's capabilities and could ptrace the server: a grading run
-    # on another copy must then not go through it.
-    write(repo, "tests/test_v.py", "def test_ok():\n    pass\n")
-    worker.run([])
-    pid, starts = worker.pid, worker.starts
-    copy = repo.parent / "copy"
-    shutil.copytree(repo, copy)
-    cold = []
-    monkeypatch.setattr(sandbox, "run_pytest", lambda r, ids, **kw: cold.append(r) or "cold run")
-    monkeypatch.setattr(sandbox, "_mode", lambda: "user-ns")
-    assert worker.run([], repo=copy) == "cold run" and cold == [copy.resolve()]
-    assert (worker.pid, worker.starts) == (pid, starts)
-
-
 @needs_ns
 def test_worker_hang_is_killed_with_its_escapees_and_the_worker_restarts(repo, tmp_path):
-    log = tmp_path / "escapee.log"
+    log = repo / "escapee.log"  # inside the copy: in "root-ns" nothing else is visible to the run
     write(repo, "test_h.py", f"""
         import subprocess, sys
 
@@ -430,9 +392,6 @@ def test_worker_hang_is_killed_with_its_escapees_and_the_worker_restarts(repo, t
             while True:
                 pass
     """)
-    log.touch()
-    os.chmod(tmp_path, 0o777)
-    log.chmod(0o666)
     worker = sandbox.PytestWorker(repo, timeout_s=2)
     run = worker.run(["test_h.py::test_ok", "test_h.py::test_hang"])
     assert run.timed_out and run.error.startswith("timed out") and run.duration_s < 5
@@ -450,10 +409,8 @@ def test_worker_hang_is_killed_with_its_escapees_and_the_worker_restarts(repo, t
 
 @needs_ns
 def test_worker_kills_what_a_finished_run_left_running(repo, worker, tmp_path):
-    log = tmp_path / "left.log"
+    log = repo / "left.log"
     log.touch()
-    os.chmod(tmp_path, 0o777)
-    log.chmod(0o666)
     write(repo, "test_l.py", f"""
         import os, subprocess, sys
 
@@ -524,10 +481,11 @@ def test_worker_child_sees_a_scrubbed_env_and_no_network(repo, worker, monkeypat
     assert run.outcomes == {"test_e.py::test_env": True, "test_e.py::test_net": False}
     env = json.loads((repo / "env.json").read_text())
     assert canary not in json.dumps(env) and "OPENROUTER_API_KEY" not in env
-    assert set(env) - set(sandbox.scrubbed_env()) <= {"PYTHONPATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
-                                                      "COMPOSER_SANDBOX_REPORT", "COMPOSER_SANDBOX_SELECT",
+    # the plugin took its pipe, token and selection out before any test ran
+    assert set(env) - set(sandbox.scrubbed_env()) == {"PYTHONPATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
                                                       "PYTEST_CURRENT_TEST", "PYTEST_VERSION"}
-    assert "composer-sbx-" in env["HOME"] and env["TMPDIR"] == env["HOME"] != os.environ.get("HOME")
+    assert env["TMPDIR"] == env["HOME"] != os.environ.get("HOME")
+    assert env["HOME"].startswith("/tmp/run-") if MODE == "root-ns" else "composer-sbx-" in env["HOME"]
 
 
 @needs_ns
@@ -563,8 +521,6 @@ def test_worker_bad_input(repo, tmp_path):
         for bad in ["tests/test_x.py", [1, 2], None, {"tests/test_x.py": 1}]:
             with pytest.raises(sandbox.SandboxError, match="list of strings"):
                 w.run(bad)
-        with pytest.raises(sandbox.SandboxError, match="not a directory"):
-            w.run([], repo=tmp_path / "missing")
         assert w.pid is None  # refused before anything started
 
 

@@ -1,4 +1,4 @@
-"""Run untrusted Python (an agent's edits, a task's tests) in a bounded subprocess.
+"""Run untrusted Python (an agent's edits, a task's tests) in a contained, bounded subprocess.
 
     from composer.env import sandbox
 
@@ -7,54 +7,55 @@
     with sandbox.PytestWorker(repo, timeout_s=20) as worker:   # a warm pytest for one episode's runs
         run = worker.run(["tests/test_ops.py::test_mean_1"])   # the same TestRun, ~3x cheaper
     rc, out, timed_out = sandbox.run_python(repo, ["-c", "print(1)"])
-    sandbox.apply_unified_diff(repo, diff)   # -> ["calc/ops.py"]; PatchError if it does not apply
+    sandbox.apply_unified_diff(repo, diff)   # -> ["calc/ops.py"]; PatchError (and nothing changed) if it fails
     sandbox.safe_path(repo, "calc/ops.py")   # SandboxError for ../x, /etc/passwd, escaping symlinks
     sandbox.isolation()                      # what this host enforces (goes into reports)
 
-The child runs in `repo_dir` itself (the caller's per-episode copy: whatever it writes there
-stays) with a scrubbed environment (`scrubbed_env`: PATH, LANG, HOME and TMPDIR in a fresh
-temporary folder, no variable of the parent, so no API key). Always, on every OS with
-`resource`: RLIMIT_AS (`memory_mb`), RLIMIT_CPU (`cpu_s`, default timeout+1), RLIMIT_FSIZE
-(64 MiB per file), RLIMIT_CORE=0 (set by util-linux `prlimit` where it exists, else in a
-preexec_fn); a wall-clock timeout that SIGKILLs the child's process
-group (`start_new_session` + `killpg`); output read incrementally and cut to `max_output`
-bytes (head and tail kept), so a flood cannot fill the parent's memory. What else depends
-on the host, and `isolation()["mode"]` says which applies:
+Threat model: the code a run executes is an adversary's (a policy under RL writes it). What it must not do
+is reach anything outside its own repository copy, outlive its run, exhaust the host, or forge the
+outcomes that become rewards. Always, on every OS with `resource`: a scrubbed environment (`scrubbed_env`:
+no variable of the parent, so no API key), RLIMIT_AS (`memory_mb`, per process), RLIMIT_CPU, RLIMIT_FSIZE
+(64 MiB per file), RLIMIT_CORE=0 (util-linux `prlimit` where it exists, else a preexec_fn), a wall-clock
+timeout that SIGKILLs the whole tree, output read incrementally and cut to `max_output` bytes, and a
+watch on the repository's size (`disk_mb`, `max_files`: polled every 0.2 s, the run killed when over).
+What else holds depends on the host, and `isolation()["mode"]` says which:
 
-- "root-ns" (Linux, root, util-linux `unshare` and `setpriv`; this is the dev VM): the
-  child gets new PID, network and mount namespaces (`unshare --net --pid --fork
-  --kill-child --mount-proc`): no network (only a down loopback), and the whole tree dies
-  with it even when a grandchild calls setsid() and leaves the process group. It runs as
-  a fresh unprivileged uid per run (RLIMIT_NPROC is ignored for uid 0, so dropping root
-  is what makes the `max_procs` cap stop fork bombs; a per-run uid keeps concurrent runs
-  from sharing that count), with no capability except CAP_DAC_READ_SEARCH: the
-  interpreter and the caller's repo may sit under private folders such as /root, so the
-  child can READ every file (e.g. /etc/shadow) but WRITE only to `repo_dir` (handed to
-  that uid for the run, given back after) and world-writable folders (/tmp, /dev/shm).
-  So run one sandbox per repo_dir at a time: a second run would take the folder over.
-- "user-ns" (Linux, not root, unprivileged user namespaces allowed): the same
-  namespaces via `unshare --user --map-root-user`; the uid is the caller's, so
-  RLIMIT_NPROC is set to the caller's current process count plus `max_procs` (a bound,
-  shared with the caller's other processes) and the child can write whatever the caller can.
-- "plain" (anything else: macOS, no util-linux, namespaces forbidden): rlimits and the
-  process-group kill only. No network isolation; a child that calls setsid() survives
-  the timeout kill; as root RLIMIT_NPROC is not enforced at all.
+- "root-ns" (Linux, root, bubblewrap `bwrap` and util-linux `setpriv`; the dev VM and CI, where
+  `.ci/run` installs bubblewrap): each run (a cold run, or a PytestWorker's server and its runs) gets
+  its own mount, PID, network, IPC and UTS namespaces. Its filesystem is built from nothing: the
+  system's /usr (and /bin, /lib... links), a few /etc files (the loader cache, passwd, group, localtime;
+  not /etc/shadow), the Python installation, all read-only; a fresh /proc and a minimal /dev; a private
+  size-limited tmpfs on /tmp and /dev/shm (`tmp_mb`, gone with the run); the outcome plugin read-only;
+  and its repository copy read-write. Nothing else exists for it: no other episode's copy, no host
+  /tmp, no host socket, no /root, no /work. It runs as a uid of its own (`_Uids`: unique among all live
+  sandboxes on the host, whatever process made them, so never shared and never wrapped), with no
+  capability and no_new_privs, as pid 1 of its PID namespace (so the whole tree dies with it), and
+  with the memory of its whole process tree capped by a cgroup (`memory_mb`; cgroup v2 where the
+  memory controller can be delegated to a child, else the v1 memory hierarchy where writable; the mode
+  `isolation()["memory"]` names; where neither is writable, RLIMIT_AS per process and RLIMIT_NPROC
+  bound the tree to memory_mb x max_procs). tmpfs pages count against that cgroup too.
+- "user-ns" (Linux, not root, unprivileged user namespaces): `unshare --user --map-root-user` with new
+  network and PID namespaces; the uid is the caller's, so the run reads and writes what the caller can,
+  and RLIMIT_NPROC is the caller's current process count plus `max_procs`. Not contained.
+- "plain" (anything else): rlimits and the process-group kill only. No network isolation; a child that
+  calls setsid() survives the timeout kill; as root RLIMIT_NPROC is not enforced at all. Not contained.
 
-Filesystem isolation beyond the per-episode copy is not enforced in any mode: path
-confinement (`safe_path`, `apply_unified_diff`) is for the tools that edit files on the
-agent's behalf; code that the child runs sees the host filesystem with the rights above.
-Per-test outcomes come from a ten-line pytest plugin loaded with `-p` that logs each
-report's exact node id and phase, so they are pytest's own verdicts (xfail counts as a
-pass and skip as a failure, as in SWE-bench's log parsers). The child can forge them like
-it can forge any log: untrusted code owns its own process.
+Outcomes. Per-test outcomes come from a small pytest plugin loaded with `-p` that sends each report's
+node id and phase down a pipe, each line carrying a per-run token; the plugin takes the pipe's number and
+the token out of the environment when pytest loads it, before any conftest or test module is imported, and
+closes its run with an end line. pytest is pinned to the repository's own configuration file (`-c`,
+chosen by the trusted side), `--rootdir` and `--confcutdir` are the repository, so no pytest.ini or
+conftest.py outside it steers a run. What this cannot stop: code imported by the tests runs in the same
+process as the plugin, so it can patch pytest or find the pipe and the token in memory. Grading therefore
+also resets every file that steers a test run to the base and scans the agent's diff for such tampering
+(composer.env.grading). xfail counts as a pass and skip as a failure, as in SWE-bench's log parsers.
 
-`PytestWorker` is the warm path for an agent's repeated test runs on one copy: a server started
-once inside the same sandbox (pid 1 of its PID namespace, pytest imported) forks one child per run,
-and kills every other process of its namespace after each; a run past the timeout takes the whole
-server down and the next run starts a new one. It needs a PID namespace ("root-ns" or "user-ns");
-in "plain" mode, or when the server cannot start, it falls back to cold run_pytest (see its
-docstring). Grading runs on a fresh copy, cold or through `worker.run(ids, repo=copy)` (see
-composer.env.swebench).
+`PytestWorker` is the warm path for an agent's repeated test runs on one copy: a server started once
+inside the same sandbox (pid 1 of its namespaces, pytest imported) forks one child per run and kills every
+other process of its namespace after each; a run past the timeout takes the whole server down and the
+next run starts a new one. It needs a PID namespace ("root-ns" or "user-ns"); in "plain" mode, or when the
+server cannot start, it falls back to cold run_pytest (see its docstring). Grading never goes through it:
+a submission is graded by a cold run in a fresh sandbox on a fresh copy (composer.env.grading).
 """
 
 import contextlib
@@ -62,8 +63,10 @@ import functools
 import itertools
 import json
 import os
+import random
 import re
 import resource
+import secrets
 import selectors
 import shutil
 import signal
@@ -79,26 +82,48 @@ from pathlib import Path
 
 FILE_LIMIT_MB = 64
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-# Per-run uids live far above any real account; pid and a counter keep concurrent runs apart.
+# Per-run uids live far above any real account (and below 2^31, where setresuid's -1 sentinel sits).
 UID_BASE = 1_500_000_000
-_uid_counter = itertools.count()
+UID_SPAN = 1 << 24
+WATCH_S = 0.2  # how often a run's repository size is checked
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
+             "hosts", "alternatives")
 
 PLUGIN_NAME = "_composer_sandbox_plugin"
+# Loaded with -p, so imported before any conftest or test module: it takes its pipe and token out of the
+# environment first, so code under test does not find them there (see the module docstring for what remains).
 PLUGIN = """import json, os
 
+_FD = int(os.environ.pop("COMPOSER_SANDBOX_REPORT_FD"))
+_TOKEN = os.environ.pop("COMPOSER_SANDBOX_TOKEN")
+_WANTED = os.environ.pop("COMPOSER_SANDBOX_SELECT", None)
+
+
+def _send(row):
+    os.write(_FD, (json.dumps([_TOKEN, *row]) + "\\n").encode())
+
+
 def pytest_collection_modifyitems(config, items):
-    wanted = os.environ.get("COMPOSER_SANDBOX_SELECT")
-    if wanted:
-        wanted = set(json.loads(wanted))
+    if _WANTED:
+        wanted = set(json.loads(_WANTED))
         keep = [i for i in items if i.nodeid in wanted or i.nodeid.split("::")[0] in wanted]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
 
+
 def pytest_runtest_logreport(report):
-    row = [report.nodeid, report.when, report.outcome, hasattr(report, "wasxfail")]
-    with open(os.environ["COMPOSER_SANDBOX_REPORT"], "a") as f:
-        f.write(json.dumps(row) + "\\n")
+    _send([report.nodeid, report.when, report.outcome, hasattr(report, "wasxfail")])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _send(["@end", "", int(exitstatus), False])
 """
+EMPTY_INI = "[pytest]\n"
+# Where pytest would find its configuration in a repository root, and the section that makes a file count.
+CONFIG_FILES = (("pytest.ini", ""), (".pytest.ini", ""), ("pyproject.toml", "[tool.pytest.ini_options]"),
+                ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+
 
 class SandboxError(Exception):
     """A path or an input that the sandbox refuses (escapes the repo, malformed)."""
@@ -119,6 +144,24 @@ class TestRun:
     error: str | None
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What bounds one run (a cold run, or each run of a PytestWorker)."""
+    timeout_s: float = 20.0
+    memory_mb: int = 1024  # per process (RLIMIT_AS) and, where a cgroup can be made, for the whole tree
+    cpu_s: int | None = None  # RLIMIT_CPU; default timeout_s + 1
+    max_output: int = 20_000
+    max_procs: int = 64
+    tmp_mb: int = 256  # the private /tmp and /dev/shm ("root-ns")
+    disk_mb: int = 512  # the repository copy's size, polled
+    max_files: int = 20_000  # files and folders in the repository copy, polled
+
+    def __post_init__(self):
+        bad = [k for k, v in vars(self).items() if v is not None and v <= 0]
+        if bad:
+            raise SandboxError(f"sandbox limits must be positive: {', '.join(bad)}")
+
+
 def scrubbed_env(home: str | Path | None = None) -> dict:
     """The only variables a child sees: nothing inherited from the parent."""
     home = str(home or tempfile.gettempdir())
@@ -137,31 +180,81 @@ def scrubbed_env(home: str | Path | None = None) -> dict:
 # --- isolation mode ------------------------------------------------------------------------
 
 
-def _ns_prefix(mode: str, uid: int | None) -> list[str]:
-    ns = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    if mode == "user-ns":
-        return ["unshare", "--user", "--map-root-user", *ns, "--"]
+def _python_dirs() -> list[str]:
+    """The Python installation a child needs (the venv and the interpreter it was made from), outermost only."""
+    dirs = {os.path.realpath(d) for d in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                           os.path.dirname(os.path.realpath(sys.executable)))}
+    dirs |= {os.path.abspath(d) for d in (sys.prefix, sys.base_prefix)}  # as the child's PATH names them
+    dirs = {d for d in dirs if not d.startswith("/usr/")}
+    return sorted(d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs))
+
+
+def _bwrap(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[str]:
+    """bubblewrap's arguments for a filesystem of the system, Python, the plugin (read-only) and repo (read-write)."""
+    args = ["bwrap", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+            "--new-session"]
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    size = str(tmp_mb * 2**20)
+    args += ["--dir", "/proc", "--dev", "/dev"]  # /proc: mounted by unshare --mount-proc in the PID namespace
+    for d in ("/tmp", "/dev/shm"):
+        args += ["--perms", "1777", "--size", size, "--tmpfs", d]
+    made = {"/", "/tmp", "/dev", "/dev/shm"}
+    binds = [("--ro-bind", d) for d in _python_dirs()] + [("--ro-bind", str(plugin_dir)), ("--bind", str(repo))]
+    for how, d in binds:
+        for parent in reversed(Path(d).parents):  # bwrap would make them 0700: the run's uid could not pass
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += [how, d, d]
+    return [*args, "--chdir", str(repo)]
+
+
+def _setpriv(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--pdeathsig=SIGKILL"]  # setuid clears bwrap's pdeathsig
+
+
+PID_NS = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+
+
+def _ns_prefix(mode: str, uid: int | None, repo: Path, plugin_dir: Path, tmp_mb: int) -> list[str]:
+    """The launcher chain. In "root-ns": bwrap (mount, network, IPC, UTS namespaces) runs unshare for the PID
+    namespace, so the run's interpreter is pid 1 there (unkillable from inside, and its death ends the whole
+    tree) while unshare's --kill-child still reaches it when the chain above dies (bwrap's --as-pid-1 would
+    make it the parent-death signal's target as a namespace init, which the kernel does not deliver)."""
     if mode == "root-ns":
-        caps = "dac_read_search"
-        return ["unshare", *ns, "--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                f"--inh-caps=-all,+{caps}", f"--ambient-caps=+{caps}", f"--bounding-set=-all,+{caps}",
-                "--no-new-privs", "--pdeathsig=SIGKILL", "--"]  # setuid clears unshare's pdeathsig
+        return [*_bwrap(repo, plugin_dir, tmp_mb), "--", "unshare", *PID_NS, "--", *_setpriv(uid), "--",
+                "env", "-u", "PWD", "-u", "OLDPWD", "--"]  # bwrap sets both (OLDPWD: the caller's folder)
+    if mode == "user-ns":
+        return ["unshare", "--user", "--map-root-user", "--net", *PID_NS, "--"]
     return []
 
 
 @functools.cache
 def _mode() -> str:
     """The strongest mode whose probe (start the interpreter inside it) succeeds here."""
-    if sys.platform != "linux" or not shutil.which("unshare"):
+    if sys.platform != "linux":
         return "plain"
-    candidates = ["root-ns"] if os.geteuid() == 0 and shutil.which("setpriv") else []
-    candidates.append("user-ns")
+    candidates = []
+    if os.geteuid() == 0 and shutil.which("bwrap") and shutil.which("setpriv"):
+        candidates.append("root-ns")
+    if shutil.which("unshare"):
+        candidates.append("user-ns")
     for mode in candidates:
-        argv = [*_ns_prefix(mode, UID_BASE - 1), sys.executable, "-c", "import os; os.getpid()"]
-        try:
-            probe = subprocess.run(argv, cwd="/", env=scrubbed_env(), capture_output=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
+        with tempfile.TemporaryDirectory(prefix="composer-probe-") as tmp:
+            argv = [*_ns_prefix(mode, UID_BASE - 1, Path(tmp), Path(tmp), 1), sys.executable, "-c",
+                    "import os; os.getpid()"]
+            try:
+                probe = subprocess.run(argv, cwd="/", env=scrubbed_env(), capture_output=True, timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
         if probe.returncode == 0:
             return mode
     return "plain"
@@ -175,18 +268,138 @@ def _prlimit() -> str | None:
 def isolation() -> dict:
     """What is enforced on this host, in words fit for a report's provenance block."""
     mode = _mode()
+    memory = _memory_cgroup()
     return {
         "mode": mode,
         "network": "none (own network namespace)" if mode != "plain" else "not isolated",
-        "processes": {"root-ns": "own PID namespace, per-run uid, RLIMIT_NPROC=max_procs",
+        "processes": {"root-ns": "own PID namespace, own uid (unique among live sandboxes), no capabilities",
                       "user-ns": "own PID namespace, RLIMIT_NPROC=current+max_procs",
                       "plain": "process group kill" + ("; RLIMIT_NPROC not enforced (root)" if os.geteuid() == 0
                                                        else "; RLIMIT_NPROC=current+max_procs")}[mode],
-        "filesystem": {"root-ns": "reads anything; writes repo_dir and world-writable dirs only",
-                       "user-ns": "the caller's rights", "plain": "the caller's rights"}[mode],
+        "filesystem": {"root-ns": "own mount namespace: system and Python read-only, private size-limited /tmp, "
+                                  "the repository copy read-write, nothing else",
+                       "user-ns": "the caller's rights (not contained)",
+                       "plain": "the caller's rights (not contained)"}[mode],
+        "memory": (f"cgroup {memory[1]} memory cap for the process tree" if mode == "root-ns" and memory
+                   else "RLIMIT_AS per process only"),
         "rlimits": ["AS", "CPU", "FSIZE", "NPROC", "CORE"],
         "environment": sorted(scrubbed_env()),
     }
+
+
+# --- uids and cgroups ------------------------------------------------------------------------
+
+
+class _Uids:
+    """Per-run uids unique among the live sandboxes of this host: each is a file made with O_EXCL in a
+    root-only folder, holding the pid that owns it; one whose owner died is taken back."""
+
+    DIR = Path(tempfile.gettempdir()) / "composer-sandbox-uids"
+
+    @classmethod
+    def take(cls) -> int:
+        cls.DIR.mkdir(mode=0o700, exist_ok=True)
+        st = cls.DIR.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise SandboxError(f"{cls.DIR} must be a folder of uid {os.geteuid()} with mode 0700")
+        first = random.randrange(UID_SPAN)
+        for i in range(UID_SPAN):
+            uid = UID_BASE + (first + i) % UID_SPAN
+            path = cls.DIR / str(uid)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                if cls._stale(path):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return uid
+        raise SandboxError("no free sandbox uid")
+
+    @staticmethod
+    def _stale(path: Path) -> bool:
+        try:
+            os.kill(int(path.read_text() or 0), 0)
+            return False
+        except (ProcessLookupError, ValueError):
+            return True
+        except (OSError, PermissionError):
+            return False
+
+    @classmethod
+    def give_back(cls, uid: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (cls.DIR / str(uid)).unlink()
+
+
+@functools.cache
+def _memory_cgroup() -> tuple[Path, str] | None:
+    """(folder under which a sandbox can make its own memory cgroup, "v2" or "v1"), or None."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return None
+    try:
+        own = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+        mounts = [line.split(" - ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    except OSError:
+        return None
+    found = []
+    for head, tail in mounts:
+        fstype, _, options = tail.split()[:3]
+        point = head.split()[4]
+        if fstype == "cgroup2" and "" in own:
+            found.append((Path(point + own[""]), "v2", "memory.max"))
+        elif fstype == "cgroup" and "memory" in options.split(","):
+            key = next((k for k in own if "memory" in k.split(",")), None)
+            if key is not None:
+                found.append((Path(point + own[key]), "v1", "memory.limit_in_bytes"))
+    for base, version, limit in sorted(found, key=lambda f: f[1] != "v2"):
+        probe = base / f"composer-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+        except OSError:
+            continue
+        try:
+            (probe / limit).write_text(str(64 * 2**20))
+            return base, version
+        except OSError:
+            continue
+        finally:
+            with contextlib.suppress(OSError):
+                probe.rmdir()
+    return None
+
+
+class _Cgroup:
+    """A memory cgroup for one sandbox's process tree; the launcher joins it before anything runs."""
+
+    def __init__(self, name: str, memory_mb: int):
+        base, self.version = _memory_cgroup()
+        self.path = base / name
+        self.path.mkdir()
+        limit = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
+        (self.path / limit).write_text(str(memory_mb * 2**20))
+        if self.version == "v1":
+            with contextlib.suppress(OSError):  # no swap to escape into either (absent without swap accounting)
+                (self.path / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * 2**20))
+
+    def join_argv(self) -> list[str]:
+        """Prefix that moves the launcher into the cgroup, then execs the rest (children inherit it)."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
+
+    def remove(self) -> None:
+        for _ in range(100):  # the namespace is dead by now; its last processes may still be exiting
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
 
 
 # --- running -------------------------------------------------------------------------------
@@ -217,46 +430,92 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(p, uid, gid)
 
 
-class _Session:
-    """One sandboxed run's scratch folder (HOME, TMPDIR, reports) and, as root, its uid."""
+def _tree_size(root: Path, max_files: int) -> tuple[int, int]:
+    """(bytes on disk, entries) under root, without following links; stops counting past max_files."""
+    size = count = 0
+    stack = [str(root)]
+    while stack and count <= max_files:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+            for entry in it:
+                count += 1
+                with contextlib.suppress(OSError):
+                    size += entry.stat(follow_symlinks=False).st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    return size, count
 
-    def __init__(self, repo_dir: Path):
+
+class _Session:
+    """One sandbox: its scratch folder (the plugin, and HOME outside "root-ns"), its uid and memory cgroup."""
+
+    def __init__(self, repo_dir: Path, limits: Limits):
         self.repo = Path(repo_dir).resolve()
         if not self.repo.is_dir():
             raise SandboxError(f"not a directory: {repo_dir}")
+        self.limits = limits
         self.mode = _mode()
-        self.uid = UID_BASE + (os.getpid() % 100_000) * 1000 + next(_uid_counter) % 1000 \
-            if self.mode == "root-ns" else None
+        self.uid = self.cgroup = None
 
     def __enter__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="composer-sbx-"))
-        (self.dir / "home").mkdir()
-        if self.uid is not None:
-            st = self.repo.stat()
-            self.owner = (st.st_uid, st.st_gid)
-            _chown_tree(self.dir, self.uid, self.uid)
-            _chown_tree(self.repo, self.uid, self.uid)
+        try:
+            (self.dir / "home").mkdir()
+            plugin_dir = self.dir / "plugin"  # the caller's, read-only to the run: it cannot swap the plugin
+            plugin_dir.mkdir()
+            (plugin_dir / f"{PLUGIN_NAME}.py").write_text(PLUGIN)
+            (plugin_dir / "empty.ini").write_text(EMPTY_INI)
+            if self.mode == "root-ns":
+                os.chmod(self.dir, 0o755)
+                self.uid = _Uids.take()
+                st = self.repo.stat()
+                self.owner = (st.st_uid, st.st_gid)
+                _chown_tree(self.repo, self.uid, self.uid)
+                if _memory_cgroup():
+                    self.cgroup = _Cgroup(f"composer-{self.uid}", self.limits.memory_mb)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
         try:
             if self.uid is not None:
-                _chown_tree(self.repo, *self.owner)
+                with contextlib.suppress(FileNotFoundError):  # the repo may be gone already
+                    _chown_tree(self.repo, *self.owner)
         finally:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            if self.uid is not None:
+                _Uids.give_back(self.uid)
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def command(self, args: list[str], *, timeout_s: float, memory_mb: int, cpu_s: int | None,
-                max_procs: int) -> tuple[list[str], object]:
+    @property
+    def plugin_dir(self) -> Path:
+        return self.dir / "plugin"
+
+    def env(self) -> dict:
+        """The child's variables: scrubbed, HOME/TMPDIR in the private /tmp ("root-ns") or the session folder."""
+        return scrubbed_env("/tmp" if self.mode == "root-ns" else self.dir / "home")
+
+    def pytest_env(self) -> dict:
+        """env() with the outcome plugin importable (plugin autoload off: the host venv's plugins are not the
+        repo's, and loading them costs 0.3 s a run)."""
+        return {**self.env(), "PYTHONPATH": str(self.plugin_dir), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+    def command(self, args: list[str]) -> tuple[list[str], object]:
         """(argv, preexec_fn) for `python *args` in this sandbox under the rlimits. util-linux prlimit sets
         them where it exists (preexec_fn is then None): a preexec_fn makes subprocess fork() the whole
         caller instead of vfork(), ~30 ms per run from a process with transformers loaded."""
-        nproc = max_procs if self.mode == "root-ns" else _own_process_count() + max_procs
-        limits = [(resource.RLIMIT_AS, "as", memory_mb * 2**20),
-                  (resource.RLIMIT_CPU, "cpu", cpu_s or int(timeout_s) + 1),
+        lim = self.limits
+        nproc = lim.max_procs if self.mode == "root-ns" else _own_process_count() + lim.max_procs
+        limits = [(resource.RLIMIT_AS, "as", lim.memory_mb * 2**20),
+                  (resource.RLIMIT_CPU, "cpu", lim.cpu_s or int(lim.timeout_s) + 1),
                   (resource.RLIMIT_FSIZE, "fsize", FILE_LIMIT_MB * 2**20),
                   (resource.RLIMIT_NPROC, "nproc", nproc),
                   (resource.RLIMIT_CORE, "core", 0)]
-        argv = [*_ns_prefix(self.mode, self.uid), sys.executable, *args]
+        argv = [*_ns_prefix(self.mode, self.uid, self.repo, self.plugin_dir, lim.tmp_mb), sys.executable, *args]
+        if self.cgroup is not None:
+            argv = [*self.cgroup.join_argv(), *argv]
         if _prlimit():
             return [_prlimit(), *(f"--{name}={value}" for _, name, value in limits), "--", *argv], None
 
@@ -266,28 +525,18 @@ class _Session:
 
         return argv, set_limits
 
-    def plugin_env(self) -> dict:
-        """The variables that load the outcome plugin, written into this session's folder."""
-        plugin_dir = self.dir / "plugin"
-        if not plugin_dir.exists():
-            plugin_dir.mkdir()
-            (plugin_dir / f"{PLUGIN_NAME}.py").write_text(PLUGIN)
-        # Plugin autoload is off: the host venv's plugins are not the repo's, and loading them costs 0.3 s a run.
-        return {"PYTHONPATH": str(plugin_dir), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    def over_disk(self) -> str | None:
+        """Why the repository copy is over its limits, or None."""
+        size, count = _tree_size(self.repo, self.limits.max_files)
+        if count > self.limits.max_files:
+            return f"more than {self.limits.max_files} files in the repository"
+        if size > self.limits.disk_mb * 2**20:
+            return f"the repository grew past {self.limits.disk_mb} MB"
+        return None
 
-    def hand_over(self, path: Path) -> None:
-        """Give `path` (a tree) to the run's uid: files the host wrote since the last run included."""
-        if self.uid is not None:
-            _chown_tree(path, self.uid, self.uid)
-
-    def run(self, args: list[str], *, timeout_s: float, memory_mb: int, cpu_s: int | None, max_output: int,
-            max_procs: int, extra_env: dict | None = None) -> tuple[int, str, bool]:
-        env = scrubbed_env(self.dir / "home")
-        env.update(extra_env or {})
-        argv, preexec = self.command(args, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs)
-        return _run(argv, self.repo, env, preexec, timeout_s, max_output)
-
-
+    def run(self, args: list[str], *, extra_env: dict | None = None, pass_fds=()) -> tuple[int, str, bool]:
+        argv, preexec = self.command(args)
+        return _run(argv, self, {**self.env(), **(extra_env or {})}, preexec, pass_fds)
 class _Output:
     """A child's output, read incrementally and cut to `max_output` bytes (head and tail kept)."""
 
@@ -303,43 +552,110 @@ class _Output:
         if len(self.tail) > self.half:
             del self.tail[:len(self.tail) - self.half]  # keep only the last `half` bytes
 
-    def text(self, timed_out: bool, timeout_s: float, note: str = "") -> str:
+    def text(self) -> str:
         out = bytes(self.head)
         if self.total > len(self.head) + len(self.tail):
             out += f"\n... [{self.total - len(self.head) - len(self.tail)} bytes of output cut] ...\n".encode()
         out += bytes(self.tail)
-        if timed_out:
-            out += f"\n[sandbox: killed after {timeout_s:g}s wall-clock timeout]\n".encode()
-        return out.decode("utf-8", "replace") + note
+        return out.decode("utf-8", "replace")
 
 
-def _run(argv, cwd, env, preexec, timeout_s, max_output) -> tuple[int, str, bool]:
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
-    deadline = time.monotonic() + timeout_s
-    out, timed_out = _Output(max_output), False
-    fd = proc.stdout.fileno()
+
+
+class _Report:
+    """The outcome plugin's pipe for one run (cold) or one server's runs (warm): what it sent, bounded."""
+
+    LIMIT = 8 << 20
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk[:max(self.LIMIT - len(self.data), 0)]
+
+    def close_write(self) -> None:
+        if self.write_fd is not None:
+            os.close(self.write_fd)
+            self.write_fd = None
+
+    def close(self) -> None:
+        self.close_write()
+        with contextlib.suppress(OSError):
+            os.close(self.read_fd)
+
+    def take(self) -> bytes:
+        data, self.data = bytes(self.data), bytearray()
+        return data
+
+
+def _pump(streams: dict, deadline: float, session: "_Session", done=None) -> str | None:
+    """Read every fd of `streams` ({fd: callback(chunk)}) into its callback until all are closed, or until
+    `done()` is true, checking the repository's size every WATCH_S. None when finished; else why it was cut:
+    "timeout", or the size limit passed."""
     with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            if not sel.select(left):
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            out.add(chunk)
-    try:
-        proc.wait(timeout=max(deadline - time.monotonic(), 0))
-    except subprocess.TimeoutExpired:  # closed its output but kept running
-        timed_out = True
+        for fd in streams:
+            sel.register(fd, selectors.EVENT_READ)
+        next_watch = time.monotonic() + WATCH_S
+        while sel.get_map() and not (done and done()):
+            now = time.monotonic()
+            if now >= deadline:
+                return "timeout"
+            if now >= next_watch:
+                over = session.over_disk()
+                if over:
+                    return over
+                next_watch = now + WATCH_S
+            for key, _ in sel.select(min(deadline, next_watch) - now):
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    streams[key.fd](chunk)
+                else:
+                    sel.unregister(key.fd)
+    return None
+
+
+def _drain(streams: dict) -> None:
+    """What is already in these pipes (the writer has exited), without blocking."""
+    for fd, add in streams.items():
+        os.set_blocking(fd, False)
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                add(chunk)
+        except BlockingIOError:
+            pass
+        finally:
+            os.set_blocking(fd, True)
+
+
+def _cut_note(why: str | None, timeout_s: float) -> str:
+    if why is None:
+        return ""
+    if why == "timeout":
+        return f"\n[sandbox: killed after {timeout_s:g}s wall-clock timeout]\n"
+    return f"\n[sandbox: killed: {why}]\n"
+
+
+def _run(argv, session: "_Session", env, preexec, report: _Report | None = None) -> tuple[int, str, bool]:
+    lim = session.limits
+    proc = subprocess.Popen(argv, cwd=session.repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
+                            pass_fds=(report.write_fd,) if report else ())
+    if report:
+        report.close_write()  # the child holds the only write end: EOF when its tree is gone
+    deadline = time.monotonic() + lim.timeout_s
+    out = _Output(lim.max_output)
+    streams = {proc.stdout.fileno(): out.add, **({report.read_fd: report.add} if report else {})}
+    why = _pump(streams, deadline, session)
+    if why is None:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:  # closed its output but kept running
+            why = "timeout"
     _kill_group(proc.pid)  # also reaps stragglers a finished child left in its group
     proc.wait()
     proc.stdout.close()
-    return proc.returncode, out.text(timed_out, timeout_s), timed_out
+    return proc.returncode, out.text() + _cut_note(why, lim.timeout_s), why == "timeout"
 
 
 def _kill_group(pgid: int) -> None:
@@ -347,51 +663,78 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def run_python(repo_dir: Path, args: list[str], *, timeout_s: float = 20.0, memory_mb: int = 1024,
-               cpu_s: int | None = None, max_output: int = 20_000, max_procs: int = 64,
-               extra_env: dict | None = None) -> tuple[int, str, bool]:
-    """`python *args` in repo_dir under the limits above; (returncode, output, timed_out).
+def run_python(repo_dir: Path, args: list[str], *, extra_env: dict | None = None, **limits) -> tuple[int, str, bool]:
+    """`python *args` in repo_dir in a sandbox under `Limits(**limits)`; (returncode, output, timed_out).
 
     returncode is negative (-signal) when the child was killed."""
-    with _Session(repo_dir) as s:
-        return s.run(args, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_output=max_output,
-                     max_procs=max_procs, extra_env=extra_env)
+    with _Session(repo_dir, Limits(**limits)) as s:
+        return s.run(args, extra_env=extra_env)
 
 
-def run_pytest(repo_dir: Path, test_ids: list[str], *, timeout_s: float = 20.0, memory_mb: int = 1024,
-               cpu_s: int | None = None, max_output: int = 20_000, max_procs: int = 64) -> TestRun:
-    """Run pytest once on `test_ids` (all collected tests when empty); outcome per node id.
+def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
+    """Run pytest once on `test_ids` (all collected tests when empty) under `Limits(**limits)`; outcome per node id.
 
     pytest gets the ids' files and the plugin keeps just the ids, so one missing id does not
     abort the run (pytest alone would exit 4 and run nothing). A file id ("tests/test_x.py")
     passes when all its tests do. A requested id that never ran (not collected, timeout,
     crash) maps to False and `error` says why; error is None only when pytest finished
     normally and every requested id ran."""
-    with _Session(repo_dir) as s:
-        env = s.plugin_env()
-        return _pytest_once(s.repo, test_ids, timeout_s, s.dir / "home" / "report.jsonl", lambda args, extra: s.run(
-            ["-m", "pytest", *args], timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_output=max_output,
-            max_procs=max_procs, extra_env={**env, **extra}))
+    with _Session(repo_dir, Limits(**limits)) as s:
+        def runner(args, extra):
+            report = _Report()
+            try:
+                argv, preexec = s.command(["-m", "pytest", *args])
+                env = {**s.pytest_env(), **extra, "COMPOSER_SANDBOX_REPORT_FD": str(report.write_fd)}
+                rc, out, timed_out = _run(argv, s, env, preexec, report)
+                return rc, out, timed_out, report.take()
+            finally:
+                report.close()
+
+        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner)
 
 
-def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, report: Path, runner) -> TestRun:
-    """One pytest run through `runner(pytest_args, env) -> (rc, output, timed_out)`, cold or warm alike:
-    the same arguments, the same plugin, the same outcome rules."""
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """Up to `limit` bytes of path if it is a regular file (no symlink, FIFO or device followed), else None.
+    The trusted side reads files that run code could have replaced with a FIFO (which would block forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(limit)
+
+
+def config_file(repo: Path, plugin_dir: Path) -> Path:
+    """The configuration file pytest would take in the repository root (its rules, root only), else an empty one."""
+    for name, section in CONFIG_FILES:
+        text = read_regular(repo / name, 1 << 20)
+        if text is not None and section.encode() in text:
+            return repo / name
+    return plugin_dir / "empty.ini"
+
+
+def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: Path, runner) -> TestRun:
+    """One pytest run through `runner(pytest_args, env) -> (rc, output, timed_out, report bytes)`, cold or warm
+    alike: the same arguments, the same plugin, the same outcome rules."""
     start = time.monotonic()
     files = [f for f in dict.fromkeys(t.split("::")[0] for t in test_ids) if _exists_inside(repo, f)]
-    env = {"COMPOSER_SANDBOX_REPORT": str(report)}
+    token = secrets.token_hex(16)
+    env = {"COMPOSER_SANDBOX_TOKEN": token}
     if test_ids:
         env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
-    args = ["-p", "no:cacheprovider", "-p", PLUGIN_NAME, "-q", "-rfE", "--tb=short", "--color=no",
-            f"--rootdir={repo}", *files]
+    args = ["-c", str(config_file(repo, plugin_dir)), f"--rootdir={repo}", f"--confcutdir={repo}",
+            "-p", "no:cacheprovider", "-p", PLUGIN_NAME, "-q", "-rfE", "--tb=short", "--color=no", *files]
     if test_ids and not files:
-        rc, output, timed_out = 5, "none of the requested test files exist\n", False
+        rc, output, timed_out, report = 5, "none of the requested test files exist\n", False, b""
     else:
-        rc, output, timed_out = runner(args, env)
-    return _test_run(test_ids, _read_report(report), rc, output, timed_out, timeout_s, start)
+        rc, output, timed_out, report = runner(args, env)
+    observed, finished = _parse_report(report, token)
+    return _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, start)
 
 
-def _test_run(test_ids, observed, rc, output, timed_out, timeout_s, start) -> TestRun:
+def _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, start) -> TestRun:
     outcomes = {t: _outcome(observed, t) for t in test_ids} if test_ids else observed
     missing = [t for t, ok in outcomes.items() if ok is None]
     outcomes = {t: bool(ok) for t, ok in outcomes.items()}
@@ -400,6 +743,8 @@ def _test_run(test_ids, observed, rc, output, timed_out, timeout_s, start) -> Te
         error = f"timed out after {timeout_s:g}s"
     elif rc not in (0, 1) and not (rc == 5 and missing):
         error = f"pytest exited with {rc} ({_PYTEST_EXIT.get(rc, 'killed or crashed')})"
+    elif rc in (0, 1) and not finished:
+        error = f"pytest exited ({rc}) without finishing its session: it never started, or the tests ended the process"
     if error is None and missing:
         error = f"{len(missing)} requested test(s) did not run: {', '.join(missing[:5])}"
     return TestRun(outcomes, output, timed_out, rc, time.monotonic() - start, error)
@@ -424,28 +769,26 @@ _PYTEST_EXIT = {2: "interrupted or collection errors", 3: "internal error", 4: "
                 5: "no tests collected"}
 
 
-def _read_report(path: Path, limit: int = 8 << 20) -> dict[str, bool]:
-    """Per node id: passed iff no phase failed and the call passed (or was an expected failure)."""
-    try:  # the child owns this folder: refuse a symlink or a FIFO planted in place of the report
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return {}
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {}
-        lines = f.read(limit).decode("utf-8", "replace").splitlines()
-    failed, called = set(), {}
-    for line in lines:
+def _parse_report(data: bytes, token: str) -> tuple[dict[str, bool], bool]:
+    """({node id: passed}, whether the session's end line came): passed iff no phase failed and the call passed
+    (or was an expected failure). Lines without this run's token are not the plugin's, and are ignored."""
+    failed, called, finished = set(), {}, False
+    for line in data.decode("utf-8", "replace").splitlines():
         try:
-            nodeid, when, outcome, xfail = json.loads(line)
+            tok, nodeid, when, outcome, xfail = json.loads(line)
         except (ValueError, TypeError):
+            continue
+        if tok != token:
+            continue
+        if nodeid == "@end":
+            finished = True
             continue
         called.setdefault(nodeid, False)
         if outcome == "failed" or (when == "setup" and outcome == "skipped"):
             failed.add(nodeid)
         if when == "call":
             called[nodeid] = outcome == "passed" or (outcome == "skipped" and xfail)
-    return {n: ok and n not in failed for n, ok in called.items()}
+    return {n: ok and n not in failed for n, ok in called.items()}, finished
 
 
 # --- the warm worker -----------------------------------------------------------------------
@@ -495,8 +838,7 @@ def child(request):
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.environ.update(request["env"])
-    if request["cwd"] != os.getcwd():  # another copy than the worker's repo (a fresh one to grade on)
-        os.chdir(request["cwd"])  # by path: its folders must let this uid through (the server's own cwd need not)
+    os.makedirs(os.environ["HOME"], exist_ok=True)  # a fresh HOME and TMPDIR per run
     tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
     random.seed()
     importlib.invalidate_caches()
@@ -535,74 +877,57 @@ class _WorkerDied(Exception):
 class _Server:
     """The running server process of a PytestWorker, and the session (scratch folder, uid) it runs in."""
 
-    def __init__(self, session: "_Session", limits: dict, start_timeout_s: float):
+    def __init__(self, session: "_Session", start_timeout_s: float):
         self.session = session
-        env = {**scrubbed_env(session.dir / "home"), **session.plugin_env()}
+        self.report = _Report()  # one pipe for the server's life: each run's lines carry that run's token
+        self.report_fd = self.report.write_fd  # its number in the server (pass_fds keeps numbers)
         read, write = os.pipe()
-        argv, preexec = session.command(["-c", ZYGOTE, str(write)], **limits)
+        argv, preexec = session.command(["-c", ZYGOTE, str(write)])
         try:
             self.proc = subprocess.Popen(
-                argv, cwd=session.repo, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write,), preexec_fn=preexec)
+                argv, cwd=session.repo, env=session.pytest_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write, self.report_fd),
+                preexec_fn=preexec)
         except BaseException:
             os.close(read)
+            self.report.close()
             raise
         finally:
             os.close(write)
-        self.replies, self.pending, self.init = read, b"", None
+            self.report.close_write()
+        self.replies, self.pending, self.init, self.cut = read, b"", None, None
         out = _Output(4000)
         ready = self.reply(out, time.monotonic() + start_timeout_s)
         if ready is None or "ready" not in ready:
             self.close()
-            raise _WorkerDied(f"the pytest worker did not start: {out.text(False, 0).strip()[-2000:]!r}")
+            raise _WorkerDied(f"the pytest worker did not start: {out.text().strip()[-2000:]!r}")
         self.preloaded = frozenset(ready["ready"])
         self.inside = list(ready.get("inside", []))  # preloaded from the repo itself (e.g. an editable install)
-        self.init = _child_pidfd(self.proc.pid)  # the server itself, under unshare: what close() kills first
+        self.init = _child_pidfd(self.proc.pid)  # the server itself, under the launcher: what close() kills first
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def reply(self, out: _Output, deadline: float) -> dict | None:
-        """The next reply line, while collecting the output into `out`; None at the deadline or when it died."""
-        fds = {self.proc.stdout.fileno(): "out", self.replies: "reply"}
-        with selectors.DefaultSelector() as sel:
-            for fd in fds:
-                sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self.pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                for key, _ in sel.select(left):
-                    chunk = os.read(key.fd, 1 << 16)
-                    if fds[key.fd] == "out" and chunk:
-                        out.add(chunk)
-                    elif fds[key.fd] == "reply":
-                        if not chunk:
-                            return None
-                        self.pending += chunk
-                    else:
-                        sel.unregister(key.fd)
-            self._drain(out)  # the child has exited: what it wrote is all in the pipe by now
+        """The next reply line, while collecting the output into `out` and the plugin's lines into `report`; None
+        at the deadline, when the repository passes its size limits (`cut` says which), or when it died."""
+        def got(chunk):
+            self.pending += chunk
+
+        output = {self.proc.stdout.fileno(): out.add, self.report.read_fd: self.report.add}
+        self.cut = _pump({**output, self.replies: got}, deadline, self.session, done=lambda: b"\n" in self.pending)
+        if b"\n" not in self.pending:
+            return None
+        _drain(output)  # the child has exited: what it wrote is all in the pipes by now
         line, self.pending = self.pending.split(b"\n", 1)
         try:
             return dict(json.loads(line))
         except (ValueError, TypeError):  # not what the server writes: treat it as dead
             return None
 
-    def _drain(self, out: _Output) -> None:
-        fd = self.proc.stdout.fileno()
-        os.set_blocking(fd, False)
+    def request(self, args: list[str], env: dict) -> None:
         try:
-            while chunk := os.read(fd, 1 << 16):
-                out.add(chunk)
-        except BlockingIOError:
-            pass
-        finally:
-            os.set_blocking(fd, True)
-
-    def request(self, args: list[str], env: dict, cwd: Path) -> None:
-        try:
-            self.proc.stdin.write((json.dumps({"args": args, "env": env, "cwd": str(cwd)}) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"args": args, "env": env}) + "\n").encode())
             self.proc.stdin.flush()
         except OSError as e:  # BrokenPipeError: it died since the last run
             raise _WorkerDied(str(e)) from None
@@ -626,13 +951,17 @@ class _Server:
                 f.close()
         with contextlib.suppress(OSError):
             os.close(self.replies)
+        self.report.close()
 
 
 def _child_pidfd(pid: int) -> int | None:
-    """A pidfd (immune to pid reuse) of the only child of `pid`, None when that cannot be had."""
+    """A pidfd (immune to pid reuse) of the end of `pid`'s chain of only children (the launchers' last: the
+    server, which has no child yet), None when that cannot be had."""
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        return os.pidfd_open(int(children[0])) if len(children) == 1 else None
+        leaf = None
+        while len(children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split()) == 1:
+            leaf = pid = int(children[0])
+        return os.pidfd_open(leaf) if leaf is not None else None
     except (OSError, ValueError, AttributeError):  # no such file, gone, or no pidfd_open on this OS
         return None
 
@@ -666,20 +995,19 @@ class PytestWorker:
         worker.fallback       # None, or why runs go through cold run_pytest instead
         worker.close()        # also on garbage collection; `with sandbox.PytestWorker(repo) as w:` works
 
-    The first run starts a server in the same sandbox as a cold run (namespaces, unprivileged uid,
+    The first run starts a server in the same sandbox as a cold run (namespaces, own uid, memory cgroup,
     rlimits, scrubbed environment: see the module docstring), which imports pytest once. Each run
     forks a child of it that runs pytest on the ids, so the repo's own modules are imported afresh
     and edits between runs are seen. Every limit holds per run: the child inherits the rlimits (its
     CPU time starts at zero), its output is read and cut as in a cold run, and when it ends every other
-    process of the namespace is killed. A run that passes the wall-clock timeout kills the whole server
-    (reported as a cold run reports it); the next run starts a new one. Differences from run_pytest: one
-    uid, scratch folder and HOME for the worker's life (each run gets a fresh HOME/TMPDIR inside it, but
-    /tmp and the repo keep what runs wrote, as with successive cold runs), and the repo stays handed to
-    that uid until close. A run cannot signal the server (init of its namespace) nor, in "root-ns" mode,
-    ptrace it or read its memory (it is undumpable); in "user-ns" mode a run holds every capability
-    of its user namespace and could. A run can leave files (a conftest.py, a patched plugin) in its repo
-    that alter the next runs there, as with cold runs: so grade on a fresh copy, `run(ids, repo=copy)`;
-    the run is then a new child of a server that has never run task code, like a cold run.
+    process of the namespace is killed. A run that passes the wall-clock timeout (or the repository's size
+    limits) kills the whole server (reported as a cold run reports it); the next run starts a new one.
+    Differences from run_pytest: one uid, cgroup and private /tmp for the worker's life (each run gets a
+    fresh HOME/TMPDIR inside it, but /tmp and the repo keep what runs wrote, as with successive cold runs),
+    and the repo stays handed to that uid until close. A run cannot signal the server (init of its
+    namespace) nor, in "root-ns" mode, ptrace it or read its memory (it is undumpable); in "user-ns" mode
+    a run holds every capability of its user namespace and could. A run can leave files (a conftest.py)
+    in its repo that alter the next runs there, as with cold runs: grading never uses a worker.
 
     Falls back to cold run_pytest (and says why in `fallback`) where the server cannot work: in
     "plain" isolation mode (no PID namespace, so nothing contains the per-run kill), when it does not
@@ -689,15 +1017,12 @@ class PytestWorker:
     One run at a time per worker (a lock), one worker per repo copy, like run_pytest.
     """
 
-    def __init__(self, repo_dir: Path, *, timeout_s: float = 20.0, memory_mb: int = 1024, cpu_s: int | None = None,
-                 max_output: int = 20_000, max_procs: int = 64, start_timeout_s: float = 30.0):
+    def __init__(self, repo_dir: Path, *, start_timeout_s: float = 30.0, **limits):
         self.repo = Path(repo_dir).resolve()
         if not self.repo.is_dir():
             raise SandboxError(f"not a directory: {repo_dir}")
-        if timeout_s <= 0 or max_output <= 0 or max_procs <= 0 or memory_mb <= 0:
-            raise SandboxError("timeout_s, memory_mb, max_output and max_procs must be positive")
-        self.timeout_s, self.max_output, self.start_timeout_s = timeout_s, max_output, start_timeout_s
-        self.limits = dict(timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s, max_procs=max_procs)
+        self.limits = Limits(**limits)
+        self.start_timeout_s = start_timeout_s
         self.fallback = None if _mode() != "plain" else "plain isolation mode: no PID namespace to contain a run"
         self.starts = 0  # servers started so far (a timeout costs a restart)
         self._runs = itertools.count()
@@ -717,31 +1042,19 @@ class PytestWorker:
         server = self._state.server
         return server.proc.pid if server is not None and server.alive() else None
 
-    def run(self, test_ids: list[str], *, repo: Path | None = None) -> TestRun:
-        """pytest on `test_ids` (all collected tests when empty), as run_pytest(repo, test_ids, **limits).
-
-        `repo`: run in another folder than the worker's own, e.g. a fresh copy to grade on (see the class
-        docstring). It is handed to the worker's uid for the run and given back after; the folders above
-        it must let that uid through (a mkdtemp folder needs chmod 0o711). Warm only in "root-ns" mode,
-        where runs cannot reach the server; elsewhere it is a cold run_pytest."""
+    def run(self, test_ids: list[str]) -> TestRun:
+        """pytest on `test_ids` (all collected tests when empty), as run_pytest(repo, test_ids, **limits)."""
         if not isinstance(test_ids, (list, tuple)) or not all(isinstance(t, str) for t in test_ids):
             raise SandboxError(f"test_ids must be a list of strings, got {test_ids!r}")
-        target = self.repo if repo is None else Path(repo).resolve()
-        if not target.is_dir():
-            raise SandboxError(f"not a directory: {repo}")
         with self._lock:
             if self._closed:
                 raise SandboxError("this PytestWorker is closed")
-            if target != self.repo and _mode() != "root-ns":
-                # Another copy is graded: in "user-ns" mode an earlier run could have ptraced the server, so
-                # the run is cold there (in "root-ns" the server is undumpable to the runs' uid).
-                return self._cold(test_ids, target)
             if self.fallback is None:
                 try:
-                    return self._warm(list(test_ids), target)
+                    return self._warm(list(test_ids))
                 except _WorkerDied as e:  # a server that will not start: no point trying again each run
                     self._go_cold(str(e))
-            return self._cold(test_ids, target)
+            return run_pytest(self.repo, list(test_ids), **vars(self.limits))
 
     def close(self) -> None:
         """Kill the server and hand the repo back to its owner; idempotent."""
@@ -750,9 +1063,6 @@ class PytestWorker:
             self._finalizer()
 
     # --- internals ---
-
-    def _cold(self, test_ids, repo: Path) -> TestRun:
-        return run_pytest(repo, list(test_ids), max_output=self.max_output, **self.limits)
 
     def _go_cold(self, why: str) -> None:
         self.fallback = why
@@ -764,8 +1074,8 @@ class PytestWorker:
             state.stop_server()
         if state.server is None:
             if state.session is None:
-                state.session = _Session(self.repo).__enter__()
-            state.server = _Server(state.session, self.limits, self.start_timeout_s)
+                state.session = _Session(self.repo, self.limits).__enter__()
+            state.server = _Server(state.session, self.start_timeout_s)
             self.starts += 1
         return state.server
 
@@ -777,48 +1087,45 @@ class PytestWorker:
                  if p.suffix == ".py" or (p / "__init__.py").is_file()}
         return sorted(names & server.preloaded) + server.inside
 
-    def _warm(self, test_ids: list[str], repo: Path) -> TestRun:
+    def _warm(self, test_ids: list[str]) -> TestRun:
         server = self._server()
-        clash = self._shadowed(server, repo)
+        clash = self._shadowed(server, self.repo)
         if clash:
             raise _WorkerDied(f"the worker preloaded modules that the repo has: {', '.join(clash[:5])}")
         session = server.session
-        run_dir = session.dir / f"run-{next(self._runs)}"  # a fresh HOME and TMPDIR per run
-        run_dir.mkdir()
-        owner = repo.stat()
-        session.hand_over(repo)
-        session.hand_over(run_dir)
+        inside = "/tmp" if session.mode == "root-ns" else str(session.dir / "home")
+        home = f"{inside}/run-{next(self._runs)}"
+        if session.uid is not None:  # files the host wrote since the last run (the tools' edits) go to the run's uid
+            _chown_tree(self.repo, session.uid, session.uid)
+        env = {"HOME": home, "TMPDIR": home, "COMPOSER_SANDBOX_REPORT_FD": str(server.report_fd)}
         try:
-            return _pytest_once(repo, test_ids, self.timeout_s, run_dir / "report.jsonl",
-                                lambda args, env: self._exchange(server, args, {**env, "HOME": str(run_dir),
-                                                                               "TMPDIR": str(run_dir)}, repo))
+            return _pytest_once(self.repo, test_ids, self.limits.timeout_s, session.plugin_dir,
+                                lambda args, extra: self._exchange(server, args, {**extra, **env}))
         finally:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            if repo != self.repo and session.uid is not None:
-                _chown_tree(repo, owner.st_uid, owner.st_gid)
+            if session.mode != "root-ns":  # in "root-ns" it is in the private /tmp, gone with the server
+                shutil.rmtree(home, ignore_errors=True)
 
-    def _exchange(self, server: _Server, args: list[str], env: dict, cwd: Path) -> tuple[int, str, bool]:
-        deadline = time.monotonic() + self.timeout_s
+    def _exchange(self, server: _Server, args: list[str], env: dict) -> tuple[int, str, bool, bytes]:
+        deadline = time.monotonic() + self.limits.timeout_s
         try:
-            server.request(args, env, cwd)
+            server.request(args, env)
         except _WorkerDied:  # it died since the last run (it checked alive just now: a rare race)
             self._state.stop_server()
-            return -signal.SIGKILL, "[sandbox: the pytest worker died before the run; it restarts]\n", False
-        out = _Output(self.max_output)
+            return -signal.SIGKILL, "[sandbox: the pytest worker died before the run; it restarts]\n", False, b""
+        out = _Output(self.limits.max_output)
         try:
             reply = server.reply(out, deadline)
         except BaseException:  # e.g. KeyboardInterrupt: its late reply must not pass for the next run's
             self._state.stop_server()
             raise
+        report = server.report.take()
         if reply is not None and type(reply.get("rc")) is int:
-            return reply["rc"], out.text(False, self.timeout_s), False
-        timed_out = time.monotonic() >= deadline
-        self._state.stop_server()  # hung (or died): its whole namespace goes; the next run starts a new one
-        rc = -signal.SIGKILL if timed_out else server.proc.returncode
-        note = "" if timed_out else f"\n[sandbox: the pytest worker died ({rc})]\n"
-        return rc, out.text(timed_out, self.timeout_s, note), timed_out
-
-
+            return reply["rc"], out.text(), False, report
+        why = server.cut
+        self._state.stop_server()  # hung, too big, or died: its whole namespace goes; the next run starts a new one
+        rc = -signal.SIGKILL if why else server.proc.returncode
+        note = _cut_note(why, self.limits.timeout_s) if why else f"\n[sandbox: the pytest worker died ({rc})]\n"
+        return rc, out.text() + note, why == "timeout", report
 # --- paths and patches ---------------------------------------------------------------------
 
 
@@ -854,6 +1161,34 @@ def _diff_paths(diff: str) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+_BAD_NAME = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
+def _saved(repo: Path, paths: list[str]) -> dict:
+    """What each path is now, to put back if a patch fails half-way: (mode, bytes) of a file, else None."""
+    saved = {}
+    for p in paths:
+        target = repo / p
+        st = os.lstat(target) if os.path.lexists(target) else None
+        saved[p] = (stat.S_IMODE(st.st_mode), target.read_bytes()) if st and stat.S_ISREG(st.st_mode) else None
+    return saved
+
+
+def _restore(repo: Path, saved: dict, dirs_before: set[str]) -> None:
+    for p, state in saved.items():
+        target = repo / p
+        if os.path.lexists(target) and not os.path.isdir(target) or os.path.islink(target):
+            os.unlink(target)
+        if state is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(state[1])
+            os.chmod(target, state[0])
+    for dirpath, _, _ in sorted(os.walk(repo), key=lambda d: -len(d[0])):  # folders the patch made, if now empty
+        if os.path.relpath(dirpath, repo) not in dirs_before:
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+
+
 def _patch_tool() -> str:
     return "patch" if shutil.which("patch") else "git"
 
@@ -862,7 +1197,9 @@ def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
     """Apply a unified diff (git-style or plain, -p1) atomically; returns the files it touches.
 
     Every named path must stay inside repo_dir (no '..', no absolute path, no symlink that
-    leads out); a diff that does not apply cleanly changes nothing and raises PatchError."""
+    leads out) and be a plain name (no quotes, backslashes or control characters, which git writes for
+    names that are not plain text); the result must be regular files (no symlink, no device). A diff that
+    fails any of this, or does not apply cleanly, changes nothing and raises PatchError."""
     if not diff.strip():
         raise PatchError("empty diff")
     repo = Path(repo_dir).resolve()
@@ -870,6 +1207,8 @@ def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
     if not paths:
         raise PatchError("no file headers (---/+++) found in the diff")
     for p in paths:
+        if _BAD_NAME.search(p):
+            raise PatchError(f"unsupported file name in the diff (quotes, backslashes or control characters): {p!r}")
         if ".." in Path(p).parts:
             raise PatchError(f"diff path escapes the repository: {p!r}")
         try:
@@ -885,11 +1224,21 @@ def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
     else:  # git apply is atomic; the ceiling keeps it from using an enclosing repository's root
         steps = [["git", "apply", "--whitespace=nowarn", "-p1"]]
         env = {**scrubbed_env(), "GIT_CEILING_DIRECTORIES": str(repo.parent)}
-    for cmd in steps:
-        try:
-            r = subprocess.run(cmd, cwd=repo, input=diff, text=True, capture_output=True, timeout=60, env=env)
-        except subprocess.TimeoutExpired:
-            raise PatchError(f"{cmd[0]} timed out") from None
-        if r.returncode != 0:
-            raise PatchError(f"{cmd[0]} failed ({r.returncode}): {(r.stdout + r.stderr).strip()[:4000]}")
+    saved = _saved(repo, paths)
+    dirs_before = {os.path.relpath(d, repo) for d, _, _ in os.walk(repo)}
+    try:
+        for cmd in steps:
+            try:
+                r = subprocess.run(cmd, cwd=repo, input=diff, text=True, capture_output=True, timeout=60, env=env)
+            except subprocess.TimeoutExpired:
+                raise PatchError(f"{cmd[0]} timed out") from None
+            if r.returncode != 0:
+                raise PatchError(f"{cmd[0]} failed ({r.returncode}): {(r.stdout + r.stderr).strip()[:4000]}")
+        for p in paths:
+            st = os.lstat(repo / p) if os.path.lexists(repo / p) else None
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise PatchError(f"{p}: the diff makes it something other than a regular file (a symlink?)")
+    except BaseException:
+        _restore(repo, saved, dirs_before)
+        raise
     return sorted(paths)
