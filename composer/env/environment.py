@@ -33,17 +33,14 @@ Episode rules (decisions, with the reason):
   run_tests shows which tests fail and how; a tiny policy gets no signal otherwise. With False
   the copy is what a SWE-bench agent sees (no tests): run_tests then runs whatever tests the
   copy holds, never the hidden ones.
-- submit() ends the episode and grades it like the SWE-bench harness, through
-  swebench.evaluate: a fresh copy at base_commit, plus the agent's changes as a diff (every
-  file except those test_patch touches: edits to the graded tests are dropped, as the harness
-  applies test_patch last), plus test_patch; FAIL_TO_PASS + PASS_TO_PASS in one new sandboxed
-  pytest run; reward 1.0 when all pass, else 0.0. That run is a fresh child of the episode's
-  worker (with warm_tests, in "root-ns" isolation; elsewhere a cold run, since in "user-ns" mode
-  a run could ptrace the server): a process forked from a server that has imported pytest and never
-  run task code (runs are its children, killed with all they started before the next), so it
-  sees only the fresh copy, like a cold run, without the ~175 ms interpreter start; what runs
-  left outside their repo (files in /tmp) a cold run would see as well. New files the agent
-  adds are kept, a conftest.py included, exactly as the harness keeps them.
+- submit() ends the episode and grades it through swebench.evaluate, where the policy cannot
+  reach: a fresh copy at base_commit, plus the agent's changes to source files only (tests,
+  conftest.py, pytest/tox/setup.cfg/pyproject configuration, *.pth and site customization come
+  from the base and test_patch: composer.env.grading), plus test_patch; FAIL_TO_PASS +
+  PASS_TO_PASS in one cold pytest run in a fresh sandbox (its own namespaces, uid and /tmp:
+  nothing a run_tests call left anywhere is there); reward 1.0 when all pass, else 0.0. A diff
+  whose source lines tamper with the test run scores 0 (`flag_tampering`, default True). What
+  was reset or flagged is in the trace record's outcome["tampering"].
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Every call counts as a step, failed ones included: an unknown tool, bad or missing arguments,
@@ -85,6 +82,7 @@ class EnvConfig:
     max_observation_chars: int = 8_000  # the text the model sees, head and tail kept
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
     warm_tests: bool = True  # run_tests through a per-episode sandbox.PytestWorker, else a cold run each time
+    flag_tampering: bool = True  # a submission whose source changes tamper with the test run scores 0
     view_max_lines: int = 200
     search_max_matches: int = 50
     list_max_files: int = 200
@@ -143,6 +141,7 @@ class _Episode:
     submitted: bool = False
     reward: float | None = None
     patch: str | None = None
+    tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings]}
     worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None with warm_tests=False or once done
 
 
@@ -169,17 +168,6 @@ def _utf8(text: str) -> str:
 def _json_safe(value):
     """value as JSON carries it: other objects by repr, lone surrogates replaced."""
     return json.loads(_utf8(json.dumps(value, default=repr, ensure_ascii=False)))
-
-
-def _patch_paths(diff: str) -> frozenset[str]:
-    """Repo-relative paths a -p1 diff names (its ---/+++ headers, /dev/null aside)."""
-    paths = set()
-    for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ")):
-            name = line[4:].split("\t")[0].strip()
-            if name != "/dev/null":
-                paths.add(name.split("/", 1)[1] if "/" in name else name)
-    return frozenset(paths)
 
 
 def _tests_summary(outcomes: dict[str, bool]) -> str:
@@ -235,7 +223,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         graded = json.loads(instance["FAIL_TO_PASS"]) + json.loads(instance["PASS_TO_PASS"])
         self._ep = ep = _Episode(
             instance=instance, episode_id=episode_id or uuid.uuid4().hex, tmp=tmp, repo=repo,
-            pristine=tools.snapshot(repo), test_paths=_patch_paths(instance["test_patch"]),
+            pristine=tools.snapshot(repo), test_paths=frozenset(sandbox.diff_paths(instance["test_patch"])),
             default_tests=graded if self.config.visible_tests else [], messages=[],
             worker=sandbox.PytestWorker(repo, timeout_s=self.config.test_timeout_s)  # starts at the first run_tests
             if self.config.warm_tests else None)
@@ -349,7 +337,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
                           instance_id=ep.instance["instance_id"], episode_id=ep.episode_id))
         if self.trace_path is not None:
             outcome = {"resolved": ep.reward == 1.0, "reward": ep.reward, "submitted": ep.submitted,
-                       "patch": ep.patch} if ep.done else None
+                       "patch": ep.patch, "tampering": ep.tampering} if ep.done else None
             if self._writer is None:
                 self._writer = traces.TraceWriter(self.trace_path)
             self._writer.write(to_step_record(obs, action, ep.messages, trace_id=ep.episode_id, outcome=outcome))
@@ -398,9 +386,10 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         iid = ep.instance["instance_id"]
         ep.patch, left_out = tools.repo_diff(ep.pristine, ep.repo, exclude=ep.test_paths)
         pred = {"instance_id": iid, "model_name_or_path": "composer-env", "model_patch": ep.patch}
+        _stop_worker(ep)  # nothing of the episode's test runs is alive while it is graded
         report = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=self.config.test_timeout_s,
-                                   worker=ep.worker)["instances"][iid]
-        ep.submitted, ep.reward = True, 1.0 if report["resolved"] else 0.0
+                                   flag_tampering=self.config.flag_tampering)["instances"][iid]
+        ep.submitted, ep.reward, ep.tampering = True, 1.0 if report["resolved"] else 0.0, report["tampering"]
         status = report.get("tests_status") or {}
         outcomes = {t: ok for kind in ("FAIL_TO_PASS", "PASS_TO_PASS") for ok in (True, False)
                     for t in status.get(kind, {}).get("success" if ok else "failure", [])}
@@ -411,6 +400,10 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             text = f"submitted: {verdict}; graded tests: {_tests_summary(outcomes) if outcomes else 'none ran'}"
         if left_out:
             text += f"\n(left out of the diff, binary or too large: {', '.join(left_out[:10])})"
+        if ep.tampering["reset"]:
+            text += f"\n(graded with the base's version of: {', '.join(ep.tampering['reset'][:10])})"
+        if ep.tampering["flagged"] and self.config.flag_tampering:
+            text += f"\n(scored 0: the change tampers with the test run: {'; '.join(ep.tampering['flagged'][:5])})"
         return _Result(text, tests=outcomes or None, error=report["error"])
 
 

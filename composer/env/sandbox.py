@@ -1145,7 +1145,7 @@ def safe_path(root: Path, rel: str) -> Path:
 _HEADER = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")
 
 
-def _diff_paths(diff: str) -> list[str]:
+def diff_paths(diff: str) -> list[str]:
     """Every repo-relative path a diff names (after -p1), deletions and renames included."""
     paths = []
     for line in diff.splitlines():
@@ -1203,7 +1203,7 @@ def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
     if not diff.strip():
         raise PatchError("empty diff")
     repo = Path(repo_dir).resolve()
-    paths = _diff_paths(diff)
+    paths = diff_paths(diff)
     if not paths:
         raise PatchError("no file headers (---/+++) found in the diff")
     for p in paths:

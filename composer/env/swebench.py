@@ -16,11 +16,13 @@ schema_version 2) plus `instances`: the per-instance `report.json` content of th
 `error` (None or why the instance errored).
 
 Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does
-it: the repo at base_commit, then the model patch, then test_patch, then FAIL_TO_PASS +
-PASS_TO_PASS in one sandboxed pytest run (cold, or `worker`: a fresh child of a
-sandbox.PytestWorker's server, on the same fresh copy); a model patch that does not apply is an error
-instance, an empty one an empty-patch instance (never run), as in the harness. A model
-patch may add a conftest.py that forges results, exactly as against the real harness.
+it, but stricter about what the model patch may change (composer.env.grading): the repo at
+base_commit, then the model patch without its tests and test-run configuration (conftest.py,
+pytest.ini, pyproject.toml, *.pth, ...: listed in the report's `tampering["reset"]`), then
+test_patch, then FAIL_TO_PASS + PASS_TO_PASS in one cold pytest run in a fresh sandbox; a model
+patch whose added source lines tamper with the test run (`tampering["flagged"]`) is not resolved
+unless flag_tampering=False. A model patch that does not apply is an error instance, an empty one an
+empty-patch instance (never run), as in the harness.
 Real records need the `swebench` package and a running Docker daemon (`python -m
 swebench.harness.run_evaluation`); without them `evaluate` raises before running anything.
 """
@@ -36,7 +38,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from composer.env import sandbox, tasks
+from composer.env import grading, sandbox, tasks
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 EVAL_TIMEOUT_S = 60.0
@@ -148,12 +150,11 @@ def harness_missing() -> list[str]:
 
 
 def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max_workers: int = 1,
-             timeout_s: float = EVAL_TIMEOUT_S, worker: sandbox.PytestWorker | None = None) -> dict:
+             timeout_s: float = EVAL_TIMEOUT_S, flag_tampering: bool = True) -> dict:
     """Grade predictions against instances the way the SWE-bench harness does (see module doc).
 
-    worker: run embedded instances' tests through it (its limits, not timeout_s) instead of a cold
-    sandboxed run: the same fresh copy, a new child of a server that has only imported pytest, without
-    the interpreter start. CodingEnv grades with its episode's worker; one instance at a time then."""
+    flag_tampering: an embedded prediction whose source changes tamper with the test run (see
+    composer.env.grading.scan) is not resolved; False grades it on its tests alone."""
     preds = {}
     for p in map(validate_prediction, predictions):
         if p["instance_id"] in preds:
@@ -171,33 +172,38 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
                                "the SWE-bench harness, but " + "; and ".join(missing) + ".")
     embedded = [i for i in preds if i not in real]
     with ThreadPoolExecutor(max(1, max_workers)) as pool:
-        graded = pool.map(lambda i: _evaluate_embedded(preds[i], by_id[i], timeout_s, worker), embedded)
+        graded = pool.map(lambda i: _evaluate_embedded(preds[i], by_id[i], timeout_s, flag_tampering), embedded)
         reports = dict(zip(embedded, graded, strict=True))
     if real:
         reports.update(_evaluate_real([preds[i] for i in real], [by_id[i] for i in real], run_id, max_workers))
     return _summary(preds, list(by_id), reports, run_id)
 
 
-def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, worker: sandbox.PytestWorker | None) -> dict:
+def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, flag_tampering: bool) -> dict:
     report = {"patch_is_None": pred["model_patch"] is None, "patch_exists": pred["model_patch"] is not None,
-              "patch_successfully_applied": False, "resolved": False, "error": None}
+              "patch_successfully_applied": False, "resolved": False, "error": None,
+              "tampering": {"reset": [], "flagged": []}}
     if not (pred["model_patch"] or "").strip():
         return report
+    patch, reset = grading.source_only(pred["model_patch"], frozenset(sandbox.diff_paths(instance["test_patch"])))
+    if not reset and not patch.strip():  # no file in it at all: not a diff, an error instance as in the harness
+        patch = pred["model_patch"]
+    flagged = grading.scan(patch)
+    report["tampering"] = {"reset": reset, "flagged": flagged}
     f2p, p2p = json.loads(instance["FAIL_TO_PASS"]), json.loads(instance["PASS_TO_PASS"])
     with tempfile.TemporaryDirectory(prefix="composer-eval-") as tmp:
         try:
             repo = tasks.materialize(instance, Path(tmp) / "repo", with_tests=False)
-            sandbox.apply_unified_diff(repo, pred["model_patch"])
+            if patch.strip():
+                sandbox.apply_unified_diff(repo, patch)
             report["patch_successfully_applied"] = True
             sandbox.apply_unified_diff(repo, instance["test_patch"])
         except (ValueError, sandbox.SandboxError) as e:
             report["error"] = str(e)
             return report
-        if worker is None:
-            run = sandbox.run_pytest(repo, f2p + p2p, timeout_s=timeout_s)
-        else:
-            os.chmod(tmp, 0o711)  # the worker's uid must pass through to the copy it is handed
-            run = worker.run(f2p + p2p, repo=repo)
+        if flagged and flag_tampering:
+            return report  # not resolved, and not run: the run's outcomes could not be trusted
+        run = sandbox.run_pytest(repo, f2p + p2p, timeout_s=timeout_s)
     report["error"] = run.error
 
     def split(ids):

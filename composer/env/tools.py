@@ -18,23 +18,28 @@ so view's numbers are edit's numbers, whatever other separators (\\r, \\f) a lin
 
 Files over MAX_FILE_BYTES are refused too: the agent's own code, run by run_tests, can write
 anything into the repository, and these tools run in the trusted process. For the same reason
-search uses the `regex` module with a timeout (a pattern like `^(a|aa)+$` backtracks for
-minutes under `re`) and edit replaces files by rename rather than writing into them (a hard
-link planted by that code would otherwise carry the write to a file outside the repository).
+only regular files are read or listed (a FIFO planted there would block a read forever; file
+names that are not UTF-8 are left out), search uses RE2 (google-re2: linear time in the text,
+compile memory capped at RE2_MAX_MEM, so neither a backtracking pattern like `^(a|aa)+$` nor a
+pattern whose automaton explodes can hold the process), and edit replaces files by rename
+rather than writing into them (a hard link planted by that code would otherwise carry the write
+to a file outside the repository).
 """
 
 import difflib
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
 
-import regex
+import re2
 
 from composer.env import sandbox
 
 MAX_FILE_BYTES = 1_000_000
 LINE_CLIP = 200  # characters of a matching line that search shows
+RE2_MAX_MEM = 8 << 20  # bytes RE2 may use to compile one pattern
 
 
 class ToolError(Exception):
@@ -69,9 +74,12 @@ def _read_text(root: Path, rel: str) -> tuple[Path, str]:
         raise ToolError(f"{rel} is a directory (use list_files)")
     if not path.is_file():
         raise ToolError(f"{rel}: no such file")
-    if path.stat().st_size > MAX_FILE_BYTES:
+    data = sandbox.read_regular(path, MAX_FILE_BYTES + 1)
+    if data is None:
+        raise ToolError(f"{rel} is not a regular file")
+    if len(data) > MAX_FILE_BYTES:
         raise ToolError(f"{rel} is larger than {MAX_FILE_BYTES} bytes")
-    return path, _decode(path.read_bytes(), rel)
+    return path, _decode(data, rel)
 
 
 def _lines(text: str) -> list[str]:
@@ -85,14 +93,24 @@ def _numbered(lines: list[str], first: int) -> str:
     return "\n".join(f"{first + i:>{width}} | {line}" for i, line in enumerate(lines))
 
 
+def _utf8_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")  # a name that is not UTF-8 on disk decodes to lone surrogates, which do not encode
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _files(base: Path) -> list[Path]:
-    """Regular files under base (or base itself), sorted; symlinks are not followed."""
+    """Regular files under base (or base itself), sorted; symlinks, FIFOs, devices and non-UTF-8 names are left
+    out, and so are folders with such names."""
     if base.is_file():
         return [base]
     out = []
     for dirpath, dirnames, filenames in os.walk(base):
-        dirnames.sort()
-        out += [Path(dirpath) / f for f in sorted(filenames) if not os.path.islink(os.path.join(dirpath, f))]
+        dirnames[:] = sorted(d for d in dirnames if _utf8_name(d))
+        out += [Path(dirpath) / f for f in sorted(filenames)
+                if _utf8_name(f) and stat.S_ISREG(os.lstat(os.path.join(dirpath, f)).st_mode)]
     return out
 
 
@@ -123,31 +141,39 @@ def view(root: Path, path: str, start: int = 1, end: int | None = None, *, max_l
     return f"{path} (lines {start}-{last} of {n})\n" + _numbered(lines[start - 1:last], start) + more
 
 
+def _compile(pattern: str):
+    options = re2.Options()
+    options.max_mem = RE2_MAX_MEM
+    options.log_errors = False  # RE2 would print each refused pattern to stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as e:
+        why = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ToolError(f"bad or unsupported regular expression {pattern!r}: {why} (RE2 syntax: no backreferences "
+                        "or lookaround; a pattern too large to compile is refused)") from None
+
+
 def search(root: Path, pattern: str, path: str = ".", *, max_matches: int = 50, timeout_s: float = 2.0) -> str:
     if not pattern or len(pattern) > 1000:
         raise ToolError("pattern must be 1 to 1000 characters")
-    try:
-        compiled = regex.compile(pattern)
-    except regex.error as e:
-        raise ToolError(f"bad regular expression {pattern!r}: {e}") from None
+    compiled = _compile(pattern)
     base = _resolve(root, path)
     if not base.exists():
         raise ToolError(f"{path}: no such file or directory")
     deadline = time.monotonic() + timeout_s
     hits = []
     for f in _files(base):
-        if f.stat().st_size > MAX_FILE_BYTES:
+        data = sandbox.read_regular(f, MAX_FILE_BYTES + 1)
+        if data is None or len(data) > MAX_FILE_BYTES:
             continue
         try:
-            text = _decode(f.read_bytes(), "")
+            text = _decode(data, "")
         except ToolError:
             continue  # binary files are skipped, like grep -I
+        if time.monotonic() > deadline:  # linear per line, but a repository can hold many lines
+            raise ToolError(f"search took longer than {timeout_s:g}s: search a subdirectory")
         for lineno, line in enumerate(_lines(text), 1):
-            try:
-                found = compiled.search(line, timeout=max(deadline - time.monotonic(), 1e-3))
-            except TimeoutError:
-                raise ToolError(f"search took longer than {timeout_s:g}s: use a simpler pattern") from None
-            if found:
+            if compiled.search(line):
                 shown = line.strip()
                 hits.append(f"{_rel(root, f)}:{lineno}: {shown[:LINE_CLIP]}{'...' if len(shown) > LINE_CLIP else ''}")
                 if len(hits) == max_matches:
@@ -218,7 +244,8 @@ def apply_patch(root: Path, diff: str, *, max_bytes: int) -> list[str]:
 def snapshot(root: Path) -> dict[str, bytes]:
     """{relative path: content} of the regular files under root, up to MAX_FILE_BYTES each."""
     root = Path(root).resolve()
-    return {_rel(root, f): f.read_bytes() for f in _files(root) if f.stat().st_size <= MAX_FILE_BYTES}
+    files = {_rel(root, f): sandbox.read_regular(f, MAX_FILE_BYTES + 1) for f in _files(root)}
+    return {rel: data for rel, data in files.items() if data is not None and len(data) <= MAX_FILE_BYTES}
 
 
 def _keep_ends(text: str) -> list[str]:
@@ -237,10 +264,11 @@ def repo_diff(before: dict[str, bytes], root: Path, *, exclude=frozenset()) -> t
         rel = _rel(root, f)
         if rel in exclude:
             continue
-        if f.stat().st_size > MAX_FILE_BYTES:
+        data = sandbox.read_regular(f, MAX_FILE_BYTES + 1)
+        if data is None or len(data) > MAX_FILE_BYTES:
             left_out.append(rel)
         else:
-            after[rel] = f.read_bytes()
+            after[rel] = data
     out = []
     for path in sorted((set(before) | set(after)) - set(exclude) - set(left_out)):
         a, b = before.get(path), after.get(path)
