@@ -50,9 +50,8 @@ LIMIT_EXIT_STATUSES = frozenset({"LimitsExceeded", "TimeExceeded", "TimeoutExpir
 
 
 def real_traces_dir() -> Path:
-    """`shared/data/real-traces`, with shared/ beside the repository (CI puts a copy there); the env var
-    COMPOSER_SHARED points at another shared/ folder."""
-    return Path(os.environ.get("COMPOSER_SHARED") or ROOT.parent / "shared") / "data" / "real-traces"
+    """`data/real-traces` in the repository: the shipped real traces (MIT; provenance in its README.md)."""
+    return ROOT / "data" / "real-traces"
 
 
 class TraceError(ValueError):
@@ -507,10 +506,8 @@ def import_real_traces(directory=None) -> list[StepRecord]:
     exit_statuses_*.yaml must agree with each trajectory's own exit status."""
     directory = Path(directory) if directory is not None else real_traces_dir() / MINI_SWE_AGENT_RUN
     if not directory.is_dir():
-        raise FileNotFoundError(
-            f"real traces not found at {directory}: the repository expects shared/ beside it "
-            f"(…/shared/data/real-traces), or COMPOSER_SHARED set to a shared/ folder"
-        )
+        raise FileNotFoundError(f"real traces not found at {directory}: no such folder (the repository ships them in "
+                                f"data/real-traces/{MINI_SWE_AGENT_RUN}; pass another run's folder)")
     report = json.loads((directory / "swebench-eval-report.json").read_text(encoding="utf-8"))
     resolved_ids, unresolved_ids = set(report["resolved_ids"]), set(report["unresolved_ids"])
     statuses = _exit_statuses(directory)

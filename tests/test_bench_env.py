@@ -45,6 +45,14 @@ def test_cli_prints_the_result_as_its_last_line():
     assert result["cpu_ms_per_step_cold"] == cold["cpu_s"] / cold["steps"] * 1e3
     assert 0 < concurrent["cpu_s"] and 0 < cold["cpu_s"]
     assert "cold run_tests" in done.stdout
+    if result["isolation"] == "root-ns":  # containment's cost against a PID namespace alone, in the same run
+        bare = result["uncontained"]
+        assert (bare["episodes"], bare["gold_rewards"], bare["wrong_rewards"]) == (2, [1.0], [0.0])
+        assert result["env_steps_per_s_uncontained"] == bare["steps"] / bare["wall_s"]
+        assert result["sandbox_overhead"] == result["env_steps_per_s_uncontained"] / result["env_steps_per_s"]
+        assert result["target_sandbox_overhead"] == 1.3 and "containment" in done.stdout
+    assert _positive_finite(result["grading_s_per_submission"])
+    assert len(result["load_avg_start"]) == 3
     assert result["cpus"] >= 1 and result["isolation"] in ("root-ns", "user-ns", "plain")
 
 

@@ -8,8 +8,8 @@
 An episode is what a competent agent does on an embedded task: view the buggy module, run_tests,
 edit (the gold fix from the task's patch on even episodes, a harmless wrong edit on odd ones),
 run_tests, submit. That is 5 steps (more when a gold patch has several hunks), 3 of which run a
-sandboxed pytest: the two run_tests and submit's grading run (on a fresh copy), all three through
-the episode's warm sandbox.PytestWorker. `workers` episodes run at once, each in its
+sandboxed pytest: the two run_tests through the episode's warm sandbox.PytestWorker, and submit's
+grading run, cold in a fresh sandbox on a fresh copy. `workers` episodes run at once, each in its
 own CodingEnv, as a trainer's rollouts would.
 
   env_steps_per_s             steps per wall-clock second, `workers` episodes at a time (reset time
@@ -18,6 +18,11 @@ own CodingEnv, as a trainer's rollouts would.
   env_steps_per_s_cold        the same episodes with every run_tests and the grading a cold sandboxed
                               run (EnvConfig(warm_tests=False)), alternated with the warm ones in chunks
                               so that other people's load falls on both alike; warm_speedup = ratio
+  sandbox_overhead            step time with the full containment over step time of the same episodes,
+                              same warm-worker scheme, in sandbox.forced_mode("pid-ns") (a PID namespace
+                              and nothing else: no mount namespace, uid, cgroup or network namespace),
+                              interleaved in the same run. Target: <= 1.3
+  grading_s_per_submission    median seconds of submit (a cold pytest run in a fresh sandbox)
   cpu_ms_per_step[_cold]      CPU per step, this process and every sandbox it reaped: the comparison
                               that holds on a shared machine, where wall-clock figures swing 2x
   tool_ms_p50                 median latency of each tool
@@ -69,6 +74,7 @@ from composer.env import sandbox, tasks
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
 TARGET_STEPS_PER_S = 20
+TARGET_OVERHEAD = 1.3
 
 
 def _episode(env: CodingEnv, record: dict, gold: bool) -> tuple[list[tuple[str, float]], float]:
@@ -98,7 +104,11 @@ def _run(records: list[dict], episodes: int, workers: int, config: EnvConfig) ->
     return _play(_jobs(records, episodes), workers, config)
 
 
-def _play(jobs: list[tuple[dict, bool]], workers: int, config: EnvConfig) -> dict:
+def _play(jobs: list[tuple[dict, bool]], workers: int, config: EnvConfig, mode: str | None = None) -> dict:
+    if mode is not None:
+        with sandbox.forced_mode(mode):
+            return _play(jobs, workers, config)
+
     def worker(share):
         env = CodingEnv(config=config)
         try:
@@ -133,13 +143,17 @@ def _merge(parts: list[dict]) -> dict:
             **{k: [x for p in parts for x in p[k]] for k in ("gold_rewards", "wrong_rewards", "timings")}}
 
 
-def _interleaved(records: list[dict], episodes: int, workers: int, configs: list[EnvConfig],
+def _interleaved(records: list[dict], episodes: int, workers: int, configs: list[tuple[EnvConfig, str | None]],
                  rounds: int = 4) -> list[dict]:
-    """The same episodes under each config, alternating in `rounds` chunks, so that load from other
-    processes of a shared machine falls on every config alike."""
+    """The same episodes under each (config, sandbox mode), alternating in `rounds` chunks, so that load from
+    other processes of a shared machine falls on every one alike."""
     jobs = _jobs(records, episodes)
     chunks = [jobs[i::rounds] for i in range(rounds) if jobs[i::rounds]]
-    return [_merge([_play(chunk, workers, config) for chunk in chunks]) for config in configs]
+    parts = [[] for _ in configs]
+    for chunk in chunks:
+        for part, (config, mode) in zip(parts, configs):
+            part.append(_play(chunk, workers, config, mode))
+    return [_merge(part) for part in parts]
 
 
 def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
@@ -169,18 +183,22 @@ def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
 
 
 def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0, compare_cold: bool = True) -> dict:
+    load = list(os.getloadavg())  # a figure from a loaded machine is recognisable by this
     records = tasks.generate(n_tasks, seed=seed)
     config, cold_config = EnvConfig(), EnvConfig(warm_tests=False)
     _run(records[:1], 1, 1, config)  # warm-up: imports, the sandbox's isolation probe, page cache
-    if compare_cold:
-        concurrent, cold = _interleaved(records, episodes, workers, [config, cold_config])
-    else:
-        concurrent, cold = _run(records, episodes, workers, config), None
+    contained = sandbox.isolation()["mode"] == "root-ns"
+    configs = [(config, None)] + ([(cold_config, None)] if compare_cold else []) + \
+        ([(config, "pid-ns")] if contained else [])
+    runs = _interleaved(records, episodes, workers, configs)
+    concurrent = runs[0]
+    cold = runs[1] if compare_cold else None
+    bare = runs[-1] if contained else None
     sequential = _run(records, max(2, episodes // workers), 1, config)
     by_tool = defaultdict(list)
     for tool, seconds in concurrent["timings"] + sequential["timings"]:
         by_tool[tool].append(seconds)
-    runs = [concurrent, sequential] + ([cold] if cold else [])
+    runs = [concurrent, sequential] + ([cold] if cold else []) + ([bare] if bare else [])
     ok = all(r == 1.0 for run in runs for r in run["gold_rewards"]) and \
         all(r == 0.0 for run in runs for r in run["wrong_rewards"])
     pytest_runs = sum(len(by_tool[t]) for t in ("run_tests", "submit"))
@@ -194,6 +212,11 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
         # CPU per step (host and sandboxes): the comparison that holds on a machine others are loading
         "cpu_ms_per_step": concurrent["cpu_s"] / concurrent["steps"] * 1e3,
         "cpu_ms_per_step_cold": cold["cpu_s"] / cold["steps"] * 1e3 if cold else None,
+        # containment's cost: the same episodes and worker scheme in a PID namespace alone (None: not contained)
+        "sandbox_overhead": bare["steps_per_s"] / concurrent["steps_per_s"] if bare else None,
+        "env_steps_per_s_uncontained": bare["steps_per_s"] if bare else None,
+        "target_sandbox_overhead": TARGET_OVERHEAD,
+        "grading_s_per_submission": statistics.median(by_tool["submit"]),
         "target_steps_per_s": TARGET_STEPS_PER_S,
         "meets_target": concurrent["steps_per_s"] >= TARGET_STEPS_PER_S,
         "rewards_ok": ok,
@@ -204,9 +227,11 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
         "concurrent": {k: v for k, v in concurrent.items() if k != "timings"},
         "sequential": {k: v for k, v in sequential.items() if k != "timings"},
         "cold": {k: v for k, v in cold.items() if k != "timings"} if cold else None,
+        "uncontained": {k: v for k, v in bare.items() if k != "timings"} if bare else None,
         "tasks": n_tasks,
         "isolation": sandbox.isolation()["mode"],
         "cpus": len(os.sched_getaffinity(0)),
+        "load_avg_start": load,
         "machine": platform.processor() or platform.machine(),
         "seed": seed,
     }
@@ -230,6 +255,10 @@ def main(argv=None) -> int:
         print(f"  cold run_tests  {result['env_steps_per_s_cold']:6.1f}  (same episodes, interleaved; warm is "
               f"{result['warm_speedup']:.2f}x)")
         print(f"  CPU per step    {result['cpu_ms_per_step']:6.0f} ms warm, {result['cpu_ms_per_step_cold']:.0f} ms cold")
+    if result["sandbox_overhead"]:
+        print(f"  containment     {result['sandbox_overhead']:.2f}x step time vs a PID namespace alone "
+              f"({result['env_steps_per_s_uncontained']:.1f} steps/s; target <= {TARGET_OVERHEAD}); grading "
+              f"{result['grading_s_per_submission']:.2f} s per submission")
     print("  tool p50 ms     " + ", ".join(f"{t} {ms:.0f}" for t, ms in result["tool_ms_p50"].items()))
     print(f"  pytest runs     {result['pytest_runs_per_step']:.2f} per step, {result['time_share_pytest']:.0%} of "
           f"step time; one run: interpreter start {b['python_start']:.0f} ms, +import pytest "

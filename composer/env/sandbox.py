@@ -234,11 +234,32 @@ def _ns_prefix(mode: str, uid: int | None, repo: Path, plugin_dir: Path, tmp_mb:
                 "env", "-u", "PWD", "-u", "OLDPWD", "--"]  # bwrap sets both (OLDPWD: the caller's folder)
     if mode == "user-ns":
         return ["unshare", "--user", "--map-root-user", "--net", *PID_NS, "--"]
+    if mode == "pid-ns":
+        return ["unshare", *PID_NS, "--"]
     return []
 
 
-@functools.cache
+_FORCED: list[str] = []
+
+
 def _mode() -> str:
+    return _FORCED[-1] if _FORCED else _probed_mode()
+
+
+@contextlib.contextmanager
+def forced_mode(mode: str):
+    """Run every sandbox made inside in `mode`; for benchmarks only. "pid-ns" (root): a PID namespace and
+    nothing else, not even another uid: the uncontained baseline that the cost of containment is measured
+    against (composer.bench.env), with the same warm-worker scheme."""
+    _FORCED.append(mode)
+    try:
+        yield
+    finally:
+        _FORCED.pop()
+
+
+@functools.cache
+def _probed_mode() -> str:
     """The strongest mode whose probe (start the interpreter inside it) succeeds here."""
     if sys.platform != "linux":
         return "plain"
