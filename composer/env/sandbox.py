@@ -80,6 +80,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from composer.env import forkserver
+
 FILE_LIMIT_MB = 64
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Per-run uids live far above any real account (and below 2^31, where setresuid's -1 sentinel sits).
@@ -189,30 +191,35 @@ def _python_dirs() -> list[str]:
     return sorted(d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs))
 
 
-def _bwrap(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[str]:
-    """bubblewrap's arguments for a filesystem of the system, Python, the plugin (read-only) and repo (read-write)."""
-    args = ["bwrap", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-            "--new-session"]
-    for d in SYSTEM_DIRS:
-        if os.path.islink(d):
-            args += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
-    for name in ETC_FILES:
-        if os.path.exists(f"/etc/{name}"):
-            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    size = str(tmp_mb * 2**20)
-    args += ["--dir", "/proc", "--dev", "/dev"]  # /proc: mounted by unshare --mount-proc in the PID namespace
-    for d in ("/tmp", "/dev/shm"):
-        args += ["--perms", "1777", "--size", size, "--tmpfs", d]
-    made = {"/", "/tmp", "/dev", "/dev/shm"}
-    binds = [("--ro-bind", d) for d in _python_dirs()] + [("--ro-bind", str(plugin_dir)), ("--bind", str(repo))]
-    for how, d in binds:
-        for parent in reversed(Path(d).parents):  # bwrap would make them 0700: the run's uid could not pass
+def layout(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[tuple]:
+    """A run's filesystem, built from nothing, as a list of operations in order: ("symlink", target, path),
+    ("dir", path) (mode 0755), ("ro", path) / ("rw", path) (a bind of the host's path at the same place),
+    ("dev",) (null, zero, full, random, urandom, tty), ("proc",), ("tmpfs", path, bytes) (mode 1777).
+    bubblewrap carries it out for cold runs and PytestWorkers (`_bwrap`), composer.env.forkserver for
+    grading runs: one description, two executors."""
+    ops = [("symlink", os.readlink(d), d) if os.path.islink(d) else ("ro", d) for d in SYSTEM_DIRS
+           if os.path.islink(d) or os.path.isdir(d)]
+    ops += [("ro", f"/etc/{name}") for name in ETC_FILES if os.path.exists(f"/etc/{name}")]
+    ops += [("proc",), ("dev",), ("tmpfs", "/tmp", tmp_mb * 2**20), ("tmpfs", "/dev/shm", tmp_mb * 2**20)]
+    made = {"/", "/tmp", "/dev", "/dev/shm", "/proc", "/etc", *SYSTEM_DIRS}
+    for how, d in [("ro", d) for d in _python_dirs()] + [("ro", str(plugin_dir)), ("rw", str(repo))]:
+        for parent in reversed(Path(d).parents):  # made 0755: the run's uid must pass through them
             if str(parent) not in made:
                 made.add(str(parent))
-                args += ["--perms", "0755", "--dir", str(parent)]
-        args += [how, d, d]
+                ops.append(("dir", str(parent)))
+        ops.append((how, d))
+    return ops
+
+
+def _bwrap(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[str]:
+    """bubblewrap's arguments for `layout` (bwrap would make implicit parent folders 0700: they are explicit)."""
+    args = ["bwrap", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+            "--new-session"]
+    for op in layout(repo, plugin_dir, tmp_mb):
+        args += {"symlink": lambda: ["--symlink", op[1], op[2]], "ro": lambda: ["--ro-bind", op[1], op[1]],
+                 "rw": lambda: ["--bind", op[1], op[1]], "dir": lambda: ["--perms", "0755", "--dir", op[1]],
+                 "dev": lambda: ["--dev", "/dev"], "proc": lambda: ["--dir", "/proc"],  # unshare --mount-proc mounts it
+                 "tmpfs": lambda: ["--perms", "1777", "--size", str(op[2]), "--tmpfs", op[1]]}[op[0]]()
     return [*args, "--chdir", str(repo)]
 
 
@@ -523,17 +530,19 @@ class _Session:
         repo's, and loading them costs 0.3 s a run)."""
         return {**self.env(), "PYTHONPATH": str(self.plugin_dir), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
+    def rlimits(self) -> list[tuple[str, int]]:
+        """(resource name without RLIMIT_, value) for every rlimit a run gets."""
+        lim = self.limits
+        nproc = lim.max_procs if self.mode == "root-ns" else _own_process_count() + lim.max_procs
+        return [("AS", lim.memory_mb * 2**20), ("CPU", lim.cpu_s or int(lim.timeout_s) + 1),
+                ("FSIZE", FILE_LIMIT_MB * 2**20), ("NPROC", nproc), ("CORE", 0)]
+
     def command(self, args: list[str]) -> tuple[list[str], object]:
         """(argv, preexec_fn) for `python *args` in this sandbox under the rlimits. util-linux prlimit sets
         them where it exists (preexec_fn is then None): a preexec_fn makes subprocess fork() the whole
         caller instead of vfork(), ~30 ms per run from a process with transformers loaded."""
         lim = self.limits
-        nproc = lim.max_procs if self.mode == "root-ns" else _own_process_count() + lim.max_procs
-        limits = [(resource.RLIMIT_AS, "as", lim.memory_mb * 2**20),
-                  (resource.RLIMIT_CPU, "cpu", lim.cpu_s or int(lim.timeout_s) + 1),
-                  (resource.RLIMIT_FSIZE, "fsize", FILE_LIMIT_MB * 2**20),
-                  (resource.RLIMIT_NPROC, "nproc", nproc),
-                  (resource.RLIMIT_CORE, "core", 0)]
+        limits = [(getattr(resource, f"RLIMIT_{name}"), name.lower(), value) for name, value in self.rlimits()]
         argv = [*_ns_prefix(self.mode, self.uid, self.repo, self.plugin_dir, lim.tmp_mb), sys.executable, *args]
         if self.cgroup is not None:
             argv = [*self.cgroup.join_argv(), *argv]
@@ -702,6 +711,11 @@ def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
     normally and every requested id ran."""
     with _Session(repo_dir, Limits(**limits)) as s:
         def runner(args, extra):
+            if s.mode == "root-ns" and _FORKSERVER.failed is None and not _shadows(s.repo, _FORKSERVER.preloaded):
+                try:
+                    return _forked(s, args, extra)
+                except _ForkFailed as e:  # say so in isolation() and keep running, through bwrap
+                    _FORKSERVER.failed = str(e)
             report = _Report()
             try:
                 argv, preexec = s.command(["-m", "pytest", *args])
@@ -712,6 +726,64 @@ def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
                 report.close()
 
         return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner)
+
+
+class _ForkFailed(Exception):
+    """The fork server could not start a run (not a failure of the run itself)."""
+
+
+class _ForkServer(forkserver.Server):
+    failed: str | None = None  # why pytest runs went back to bwrap, for isolation()
+
+
+_FORKSERVER = _ForkServer()
+
+
+def _shadows(repo: Path, preloaded: frozenset) -> list[str]:
+    """Top-level modules and packages of the repo that a preloaded interpreter would not import afresh."""
+    names = {p.name.removesuffix(".py") for p in repo.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    return sorted(names & preloaded)
+
+
+def _forked(s: "_Session", args: list[str], extra: dict) -> tuple[int, str, bool, bytes]:
+    """One pytest run through the fork server (composer.env.forkserver) in a fresh sandbox of `s`'s layout."""
+    lim = s.limits
+    out_r, out_w = os.pipe()
+    status_r, status_w = os.pipe()
+    report = _Report()
+    request = {"layout": layout(s.repo, s.plugin_dir, lim.tmp_mb), "uid": s.uid, "rlimits": s.rlimits(),
+               "cgroup": str(s.cgroup.path / "cgroup.procs") if s.cgroup else None, "args": args,
+               "env": {**s.pytest_env(), **extra}, "cwd": str(s.repo), "plugin_dir": str(s.plugin_dir)}
+    try:
+        try:
+            _FORKSERVER.send(request, [out_w, report.write_fd, status_w])
+        except OSError as e:
+            raise _ForkFailed(f"the fork server is not available: {e}") from None
+        finally:
+            os.close(out_w)
+            os.close(status_w)
+            report.close_write()
+        out, status = _Output(lim.max_output), bytearray()
+        streams = {out_r: out.add, report.read_fd: report.add, status_r: status.extend}
+        why = _pump(streams, time.monotonic() + lim.timeout_s, s)
+        lines = dict(line.split(" ", 1) for line in status.decode("utf-8", "replace").splitlines() if " " in line)
+        if why is not None and "rc" not in lines and "pid" in lines:
+            with contextlib.suppress(OSError):  # C1; the run's whole namespace dies with it
+                pidfd = os.pidfd_open(int(lines["pid"]))
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                os.close(pidfd)
+            _pump(streams, time.monotonic() + 10, s)
+            lines = {**lines, "rc": str(-signal.SIGKILL)}
+        if "error" in lines or "rc" not in lines:
+            raise _ForkFailed(f"the fork server failed: {lines.get('error', 'no exit status')}")
+        rc = int(lines["rc"])
+        if rc == 126 and "the fork server could not start the run" in out.text():
+            raise _ForkFailed(out.text()[-2000:])
+        return rc, out.text() + _cut_note(why, lim.timeout_s), why == "timeout", report.take()
+    finally:
+        for fd in (out_r, status_r):
+            os.close(fd)
+        report.close()
 
 
 def read_regular(path: Path, limit: int) -> bytes | None:
