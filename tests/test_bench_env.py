@@ -37,32 +37,33 @@ def test_cli_prints_the_result_as_its_last_line():
     assert set(result["tool_ms_p50"]) == {"view", "run_tests", "edit", "submit"}
     assert all(_positive_finite(v) for v in result["pytest_breakdown_ms"].values())
     assert set(result["pytest_breakdown_ms"]) >= {"run_pytest", "worker_start_and_run", "worker_run"}
-    cold = result["cold"]  # the same episodes with cold test runs, measured in the same process
-    assert (cold["episodes"], cold["workers"], cold["gold_rewards"], cold["wrong_rewards"]) == (2, 2, [1.0], [0.0])
-    assert result["env_steps_per_s_cold"] == cold["steps"] / cold["wall_s"] and cold["steps"] == concurrent["steps"]
-    assert result["warm_speedup"] == result["env_steps_per_s"] / result["env_steps_per_s_cold"]
+    worker = result["worker"]  # the same episodes with a per-episode PytestWorker, measured in the same process
+    assert (worker["episodes"], worker["workers"], worker["gold_rewards"], worker["wrong_rewards"]) == (2, 2, [1.0], [0.0])
+    assert result["env_steps_per_s_worker"] == worker["steps"] / worker["wall_s"] and worker["steps"] == concurrent["steps"]
+    assert result["worker_speedup"] == result["env_steps_per_s_worker"] / result["env_steps_per_s"]
     assert result["cpu_ms_per_step"] == concurrent["cpu_s"] / concurrent["steps"] * 1e3
-    assert result["cpu_ms_per_step_cold"] == cold["cpu_s"] / cold["steps"] * 1e3
-    assert 0 < concurrent["cpu_s"] and 0 < cold["cpu_s"]
-    assert "cold run_tests" in done.stdout
+    assert result["cpu_ms_per_step_worker"] == worker["cpu_s"] / worker["steps"] * 1e3
+    assert 0 < concurrent["cpu_s"] and 0 < worker["cpu_s"]
+    assert "with a worker" in done.stdout
     if result["isolation"] == "root-ns":  # containment's cost against a PID namespace alone, in the same run
         bare = result["uncontained"]
         assert (bare["episodes"], bare["gold_rewards"], bare["wrong_rewards"]) == (2, [1.0], [0.0])
         assert result["env_steps_per_s_uncontained"] == bare["steps"] / bare["wall_s"]
         assert result["sandbox_overhead"] == result["env_steps_per_s_uncontained"] / result["env_steps_per_s"]
         assert result["target_sandbox_overhead"] == 1.3 and "containment" in done.stdout
+        assert result["forked_runs"] is True  # grading and run_tests start from the fork server, not bwrap
     assert _positive_finite(result["grading_s_per_submission"])
     assert len(result["load_avg_start"]) == 3
     assert result["cpus"] >= 1 and result["isolation"] in ("root-ns", "user-ns", "plain")
 
 
-def test_no_cold_skips_the_comparison():
+def test_no_worker_skips_the_comparison():
     done = subprocess.run([sys.executable, "-m", "composer", "bench", "env", "--tasks", "1", "--episodes", "2",
-                           "--workers", "1", "--no-cold"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                           "--workers", "1", "--no-worker"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["cold"] is None and result["env_steps_per_s_cold"] is None and result["warm_speedup"] is None
-    assert result["cpu_ms_per_step_cold"] is None and _positive_finite(result["cpu_ms_per_step"])
+    assert result["worker"] is None and result["env_steps_per_s_worker"] is None and result["worker_speedup"] is None
+    assert result["cpu_ms_per_step_worker"] is None and _positive_finite(result["cpu_ms_per_step"])
     assert _positive_finite(result["env_steps_per_s"]) and result["rewards_ok"]
 
 

@@ -246,7 +246,7 @@ def test_8_sandbox_uids_are_unique_among_live_sessions_and_never_wrap():
 
 @contained
 def test_8_two_live_episodes_never_share_a_uid(record):
-    envs = [CodingEnv([record]) for _ in range(2)]
+    envs = [CodingEnv([record], EnvConfig(warm_tests=True)) for _ in range(2)]
     for e in envs:
         e.reset(instance=record)
         e.call("run_tests")
@@ -470,7 +470,7 @@ def test_run_code_cannot_gain_privilege_or_see_the_host(env, record):
 
 @contained
 def test_close_leaves_no_process_cgroup_uid_or_file(record):
-    env = CodingEnv([record])
+    env = CodingEnv([record], EnvConfig(warm_tests=True))
     env.reset(instance=record)
     append(env, test_file(record), """
 
@@ -483,7 +483,7 @@ def test_close_leaves_no_process_cgroup_uid_or_file(record):
     session = env._ep.worker._state.session
     uid, cgroup, scratch, repo = session.uid, session.cgroup, session.dir, env.repo
     env.close()
-    assert not [p for p in Path("/proc").glob("[0-9]*") if _uid(p) == uid]
+    assert _running(uid) == []
     assert cgroup is None or not cgroup.path.exists()
     assert not (sandbox._Uids.DIR / str(uid)).exists() and not scratch.exists() and not repo.exists()
 
@@ -493,3 +493,44 @@ def _uid(p: Path):
         return p.stat().st_uid
     except OSError:
         return None
+
+
+@contained
+def test_a_forked_run_holds_no_way_back_to_the_fork_server_and_dies_whole_at_its_timeout(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_h.py").write_text(textwrap.dedent("""
+        import os, socket, stat, subprocess, sys
+
+        def test_fds():
+            socks = [fd for fd in map(int, os.listdir("/proc/self/fd"))
+                     if os.path.exists(f"/proc/self/fd/{fd}") and stat.S_ISSOCK(os.fstat(fd).st_mode)]
+            open("fds.log", "w").write(repr(socks))
+
+        def test_hang():
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+            while True:
+                pass
+    """))
+    with sandbox._Session(repo, sandbox.Limits(timeout_s=2)) as s:
+        uid = s.uid
+        run = sandbox._pytest_once(s.repo, ["tests/test_h.py::test_fds", "tests/test_h.py::test_hang"], 2,
+                                   s.plugin_dir, lambda args, extra: sandbox._forked(s, args, extra))
+        assert run.timed_out and run.outcomes["tests/test_h.py::test_fds"] is True
+        deadline = time.monotonic() + 3
+        while _running(uid) and time.monotonic() < deadline:  # SIGKILLed, finishing their exit
+            time.sleep(0.05)
+        assert _running(uid) == []  # the sleeper died with the run
+    assert (repo / "fds.log").read_text() == "[]"  # no socket at all: not the server's, not any other
+
+
+def _running(uid) -> list[Path]:
+    """Processes of `uid` that are not zombies."""
+    out = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if _uid(p) == uid and (p / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(p)
+        except OSError:
+            pass
+    return out

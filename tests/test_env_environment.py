@@ -344,7 +344,7 @@ def test_run_tests_runs_warm_sees_edits_and_grading_runs_cold_on_a_fresh_copy(re
     f2p, p2p = graded(records[0])
     cold = counting(monkeypatch, sandbox, "run_pytest")
     warm = counting(monkeypatch, sandbox.PytestWorker, "run")
-    env = CodingEnv(records)
+    env = CodingEnv(records, EnvConfig(warm_tests=True))
     env.reset(instance=records[0])
     worker = env._ep.worker
     assert env.call("run_tests").info.tests == {**{t: False for t in f2p}, **{t: True for t in p2p}}
@@ -363,7 +363,7 @@ def test_run_tests_runs_warm_sees_edits_and_grading_runs_cold_on_a_fresh_copy(re
 
 @pytest.mark.skipif(sandbox.isolation()["mode"] == "plain", reason="no warm worker without a PID namespace")
 def test_the_worker_ends_with_reset_close_and_the_step_limit(records):
-    env = CodingEnv(records, EnvConfig(max_steps=2))
+    env = CodingEnv(records, EnvConfig(max_steps=2, warm_tests=True))
     pids = []
     for end in ("reset", "close", "step limit"):
         env.reset(instance=records[0])
@@ -389,6 +389,22 @@ def test_warm_tests_off_runs_cold(records, monkeypatch):
     for edit in gold_edits(records[0]):
         env.call("edit", **edit)
     assert env.call("submit").reward == 1.0 and len(cold) == 2  # graded by a cold run too
+    env.close()
+
+
+def test_by_default_runs_start_from_the_fork_server_where_there_is_one(records, monkeypatch):
+    cold = counting(monkeypatch, sandbox, "run_pytest")
+    forked = counting(monkeypatch, sandbox, "_forked")
+    env = CodingEnv(records)
+    env.reset(instance=records[0])
+    expected = sandbox.forked_runs()
+    assert (env._ep.worker is None) is expected  # a per-episode worker only without the fork server
+    env.call("run_tests")
+    for edit in gold_edits(records[0]):
+        env.call("edit", **edit)
+    assert env.call("submit").reward == 1.0
+    if expected:  # root with bubblewrap (the dev VM and CI): every run a fresh sandbox from the fork server
+        assert len(cold) == 2 and len(forked) == 2 and sandbox._FORKSERVER.failed is None
     env.close()
 
 

@@ -1,6 +1,6 @@
 """The coding environment's throughput: tool steps per second, sandboxed test runs included, on a scripted mix.
 
-    python -m composer bench env [--tasks 6] [--episodes 24] [--workers 2] [--seed 0] [--no-cold]
+    python -m composer bench env [--tasks 6] [--episodes 24] [--workers 2] [--seed 0] [--no-worker]
 
     from composer.bench.env import measure
     result = measure(n_tasks=6, episodes=24, workers=2)    # the dict printed as the last stdout line
@@ -8,22 +8,23 @@
 An episode is what a competent agent does on an embedded task: view the buggy module, run_tests,
 edit (the gold fix from the task's patch on even episodes, a harmless wrong edit on odd ones),
 run_tests, submit. That is 5 steps (more when a gold patch has several hunks), 3 of which run a
-sandboxed pytest: the two run_tests through the episode's warm sandbox.PytestWorker, and submit's
-grading run, cold in a fresh sandbox on a fresh copy. `workers` episodes run at once, each in its
-own CodingEnv, as a trainer's rollouts would.
+sandboxed pytest: the two run_tests and submit's grading run, each in a fresh sandbox started from
+the fork server where there is one (composer.env.forkserver; else run_tests go through the episode's
+warm sandbox.PytestWorker). `workers` episodes run at once, each in its own CodingEnv, as a trainer's
+rollouts would.
 
   env_steps_per_s             steps per wall-clock second, `workers` episodes at a time (reset time
                               is included, resets are not counted as steps). Target: >= 20 on 2 cores.
   env_steps_per_s_sequential  the same, one episode at a time
-  env_steps_per_s_cold        the same episodes with every run_tests and the grading a cold sandboxed
-                              run (EnvConfig(warm_tests=False)), alternated with the warm ones in chunks
-                              so that other people's load falls on both alike; warm_speedup = ratio
+  env_steps_per_s_worker      the same episodes with run_tests through a per-episode PytestWorker
+                              (EnvConfig(warm_tests=True)), alternated with the default in chunks so that
+                              other people's load falls on both alike; worker_speedup = its ratio
   sandbox_overhead            step time with the full containment over step time of the same episodes,
-                              same warm-worker scheme, in sandbox.forced_mode("pid-ns") (a PID namespace
+                              same scheme (fork server), in sandbox.forced_mode("pid-ns") (a PID namespace
                               and nothing else: no mount namespace, uid, cgroup or network namespace),
                               interleaved in the same run. Target: <= 1.3
   grading_s_per_submission    median seconds of submit (a cold pytest run in a fresh sandbox)
-  cpu_ms_per_step[_cold]      CPU per step, this process and every sandbox it reaped: the comparison
+  cpu_ms_per_step[_worker]    CPU per step, this process, every sandbox it reaped and the fork server's runs: the comparison
                               that holds on a shared machine, where wall-clock figures swing 2x
   tool_ms_p50                 median latency of each tool
   pytest_breakdown_ms         where one pytest run goes (medians): starting the sandboxed interpreter
@@ -132,7 +133,7 @@ def _cpu_s() -> float:
     (unshare reaps the sandbox's init, which reaps its own children), a worker's server once closed, and
     patch. Unlike wall-clock time, it does not grow when other people load the machine."""
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime + sandbox._FORKSERVER.children_cpu_s()
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -182,17 +183,17 @@ def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
                     "worker_run": median_ms(lambda: worker.run(tests))}
 
 
-def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0, compare_cold: bool = True) -> dict:
+def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0, compare_worker: bool = True) -> dict:
     load = list(os.getloadavg())  # a figure from a loaded machine is recognisable by this
     records = tasks.generate(n_tasks, seed=seed)
-    config, cold_config = EnvConfig(), EnvConfig(warm_tests=False)
+    config, worker_config = EnvConfig(), EnvConfig(warm_tests=True)
     _run(records[:1], 1, 1, config)  # warm-up: imports, the sandbox's isolation probe, page cache
     contained = sandbox.isolation()["mode"] == "root-ns"
-    configs = [(config, None)] + ([(cold_config, None)] if compare_cold else []) + \
+    configs = [(config, None)] + ([(worker_config, None)] if compare_worker else []) + \
         ([(config, "pid-ns")] if contained else [])
     runs = _interleaved(records, episodes, workers, configs)
     concurrent = runs[0]
-    cold = runs[1] if compare_cold else None
+    cold = runs[1] if compare_worker else None
     bare = runs[-1] if contained else None
     sequential = _run(records, max(2, episodes // workers), 1, config)
     by_tool = defaultdict(list)
@@ -206,12 +207,12 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
     return {
         "env_steps_per_s": concurrent["steps_per_s"],
         "env_steps_per_s_sequential": sequential["steps_per_s"],
-        # the same episodes with run_tests as a cold sandboxed run each time (warm_tests=False), interleaved
-        "env_steps_per_s_cold": cold["steps_per_s"] if cold else None,
-        "warm_speedup": concurrent["steps_per_s"] / cold["steps_per_s"] if cold else None,
+        # the same episodes with run_tests through a per-episode PytestWorker (warm_tests=True), interleaved
+        "env_steps_per_s_worker": cold["steps_per_s"] if cold else None,
+        "worker_speedup": cold["steps_per_s"] / concurrent["steps_per_s"] if cold else None,
         # CPU per step (host and sandboxes): the comparison that holds on a machine others are loading
         "cpu_ms_per_step": concurrent["cpu_s"] / concurrent["steps"] * 1e3,
-        "cpu_ms_per_step_cold": cold["cpu_s"] / cold["steps"] * 1e3 if cold else None,
+        "cpu_ms_per_step_worker": cold["cpu_s"] / cold["steps"] * 1e3 if cold else None,
         # containment's cost: the same episodes and worker scheme in a PID namespace alone (None: not contained)
         "sandbox_overhead": bare["steps_per_s"] / concurrent["steps_per_s"] if bare else None,
         "env_steps_per_s_uncontained": bare["steps_per_s"] if bare else None,
@@ -226,10 +227,11 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
         "pytest_breakdown_ms": _pytest_breakdown(records[0]),
         "concurrent": {k: v for k, v in concurrent.items() if k != "timings"},
         "sequential": {k: v for k, v in sequential.items() if k != "timings"},
-        "cold": {k: v for k, v in cold.items() if k != "timings"} if cold else None,
+        "worker": {k: v for k, v in cold.items() if k != "timings"} if cold else None,
         "uncontained": {k: v for k, v in bare.items() if k != "timings"} if bare else None,
         "tasks": n_tasks,
         "isolation": sandbox.isolation()["mode"],
+        "forked_runs": sandbox.forked_runs(),
         "cpus": len(os.sched_getaffinity(0)),
         "load_avg_start": load,
         "machine": platform.processor() or platform.machine(),
@@ -243,18 +245,19 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=24, help="episodes timed with --workers at once (default 24)")
     parser.add_argument("--workers", type=int, default=2, help="episodes at once (default 2, one per core here)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-cold", action="store_true",
-                        help="skip timing the same episodes with cold test runs (warm_tests=False)")
+    parser.add_argument("--no-worker", action="store_true",
+                        help="skip timing the same episodes with a per-episode PytestWorker (warm_tests=True)")
     args = parser.parse_args(argv)
-    result = measure(args.tasks, args.episodes, args.workers, args.seed, compare_cold=not args.no_cold)
+    result = measure(args.tasks, args.episodes, args.workers, args.seed, compare_worker=not args.no_worker)
     c, b = result["concurrent"], result["pytest_breakdown_ms"]
     print(f"env_steps_per_s   {result['env_steps_per_s']:6.1f}  ({c['steps']} steps, {c['episodes']} episodes, "
           f"{c['workers']} at once; target >= {TARGET_STEPS_PER_S})")
     print(f"  one at a time   {result['env_steps_per_s_sequential']:6.1f}")
-    if result["env_steps_per_s_cold"]:
-        print(f"  cold run_tests  {result['env_steps_per_s_cold']:6.1f}  (same episodes, interleaved; warm is "
-              f"{result['warm_speedup']:.2f}x)")
-        print(f"  CPU per step    {result['cpu_ms_per_step']:6.0f} ms warm, {result['cpu_ms_per_step_cold']:.0f} ms cold")
+    if result["env_steps_per_s_worker"]:
+        print(f"  with a worker   {result['env_steps_per_s_worker']:6.1f}  (same episodes, interleaved; "
+              f"{result['worker_speedup']:.2f}x the default)")
+        print(f"  CPU per step    {result['cpu_ms_per_step']:6.0f} ms default, {result['cpu_ms_per_step_worker']:.0f} ms "
+              "with a worker")
     if result["sandbox_overhead"]:
         print(f"  containment     {result['sandbox_overhead']:.2f}x step time vs a PID namespace alone "
               f"({result['env_steps_per_s_uncontained']:.1f} steps/s; target <= {TARGET_OVERHEAD}); grading "

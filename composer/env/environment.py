@@ -23,12 +23,13 @@ Served over HTTP/WebSocket by composer.env.server. Tools (CodingAction.args hold
 Episode rules (decisions, with the reason):
 - Each episode works in its own temporary folder (removed on reset, close, or garbage collection),
   so sandbox.run_pytest's "one run per repo folder" holds and episodes never see each other.
-- run_tests goes through one warm sandbox.PytestWorker per episode (`warm_tests`, default True): its
-  first call starts a sandboxed server that has pytest imported, each call forks a fresh child of
-  it (the repo's modules are imported anew, so edits are seen; same limits as a cold run), about
-  3x cheaper than a cold sandboxed run. The worker ends with the episode (submit, step limit,
-  reset, close, garbage collection). With warm_tests=False (or where the worker cannot run, see
-  its docstring) every run_tests is a cold sandbox.run_pytest.
+- run_tests: where cold runs start from the fork server (sandbox.forked_runs(): root with
+  bubblewrap), each call is a sandbox.run_pytest in a fresh sandbox with pytest already imported
+  (nothing an earlier call left in /tmp or memory is there). Elsewhere it goes through one warm
+  sandbox.PytestWorker per episode: its first call starts a sandboxed server that has pytest
+  imported, each call forks a fresh child of it (same limits), about 3x cheaper than a cold run
+  that starts an interpreter; the worker ends with the episode. `warm_tests` forces either way
+  (True: the worker, False: cold runs); None (default) picks as above.
 - `visible_tests` (default True): the agent's copy has the task's test_patch applied, so
   run_tests shows which tests fail and how; a tiny policy gets no signal otherwise. With False
   the copy is what a SWE-bench agent sees (no tests): run_tests then runs whatever tests the
@@ -81,7 +82,7 @@ class EnvConfig:
     max_edit_bytes: int = 20_000  # new_text of edit, diff of apply_patch
     max_observation_chars: int = 8_000  # the text the model sees, head and tail kept
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
-    warm_tests: bool = True  # run_tests through a per-episode sandbox.PytestWorker, else a cold run each time
+    warm_tests: bool | None = None  # a per-episode sandbox.PytestWorker for run_tests; None: only without the fork server
     flag_tampering: bool = True  # a submission whose source changes tamper with the test run scores 0
     view_max_lines: int = 200
     search_max_matches: int = 50
@@ -226,7 +227,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             pristine=tools.snapshot(repo), test_paths=frozenset(sandbox.diff_paths(instance["test_patch"])),
             default_tests=graded if self.config.visible_tests else [], messages=[],
             worker=sandbox.PytestWorker(repo, timeout_s=self.config.test_timeout_s)  # starts at the first run_tests
-            if self.config.warm_tests else None)
+            if self._warm() else None)
         which = "the task's tests" if self.config.visible_tests else "the tests in the repository"
         text = "\n\n".join([
             instance["problem_statement"].strip(),
@@ -296,6 +297,9 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         return tools.repo_diff(self._ep.pristine, self._ep.repo, exclude=self._ep.test_paths)[0] if self._ep else ""
 
     # --- internals -----------------------------------------------------------------------
+
+    def _warm(self) -> bool:
+        return self.config.warm_tests if self.config.warm_tests is not None else not sandbox.forked_runs()
 
     def _pick(self, seed: int | None, instance_id: str | None) -> dict:
         if instance_id is not None:

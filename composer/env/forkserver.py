@@ -40,7 +40,7 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 24, 36, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 REPORT_FD = 3  # where the run finds the outcome plugin's pipe
@@ -126,11 +126,13 @@ def _run(request: dict, out_fd: int, report_fd: int, root: str, pytest) -> None:
     out_fd, report_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (out_fd, report_fd))  # clear of 0-3
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        _enter(request["layout"], root)
+        if request["layout"] is not None:  # None: the uncontained baseline of benchmarks (a PID namespace alone)
+            _enter(request["layout"], root)
         import resource
         for name, value in request["rlimits"]:
             resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
-        _drop(request["uid"])
+        if request["uid"] is not None:
+            _drop(request["uid"])
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         os.dup2(report_fd, REPORT_FD)
@@ -177,7 +179,8 @@ def _child(request: dict, fds: list[int], sock: socket.socket, root: str, pytest
         if request["cgroup"]:
             with open(request["cgroup"], "w") as f:
                 f.write(str(os.getpid()))
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+        flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+        _check(_libc.unshare(flags if request["layout"] is not None else CLONE_NEWPID), "unshare")
         pid = os.fork()
         if pid == 0:
             os.close(status_fd)
@@ -195,6 +198,7 @@ def serve(fd: int) -> None:
     """The server: preload pytest, then fork one C1 per request until the socket closes."""
     sock = socket.socket(fileno=fd)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # a run whose C1 was killed is reparented here and reaped, not left a zombie
     if os.getppid() == 1:  # the starter died before the line above
         return
     if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -207,20 +211,34 @@ def serve(fd: int) -> None:
         except Exception:
             pass
     root = tempfile.mkdtemp(prefix="composer-forkserver-")  # each run's new / is mounted here, in its namespace
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps every C1
     gc.freeze()
     sock.sendall(json.dumps({"ready": sorted({m.split(".")[0] for m in sys.modules})}).encode())
+    sock.settimeout(0.5)
     try:
         while True:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
-            if not msg:
-                return
-            if os.fork() == 0:
-                _child(json.loads(msg), fds, sock, root, pytest)
-            for f in fds:
-                os.close(f)
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+            except TimeoutError:
+                msg, fds = None, []
+            else:
+                if not msg:
+                    return
+            if msg:
+                if os.fork() == 0:
+                    _child(json.loads(msg), fds, sock, root, pytest)
+                for f in fds:
+                    os.close(f)
+            _reap()  # each C1, so its CPU time (and its run's) adds to this process's children's (benchmarks read it)
     finally:
         os.rmdir(root)
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
 
 
 class Server:
@@ -255,6 +273,14 @@ class Server:
             raise OSError(f"the fork server did not start (exit {self._proc.returncode})")
         self.preloaded = frozenset(json.loads(ready)["ready"])
         self._sock = ours
+
+    def children_cpu_s(self) -> float:
+        """CPU seconds of the runs this server has reaped (and of the server itself); 0.0 when none is running."""
+        try:
+            fields = open(f"/proc/{self._proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        except (AttributeError, OSError):
+            return 0.0
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
 
     def close(self) -> None:
         with self._lock:

@@ -711,7 +711,7 @@ def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
     normally and every requested id ran."""
     with _Session(repo_dir, Limits(**limits)) as s:
         def runner(args, extra):
-            if s.mode == "root-ns" and _FORKSERVER.failed is None and not _shadows(s.repo, _FORKSERVER.preloaded):
+            if s.mode in FORKED_MODES and _FORKSERVER.failed is None and not _shadows(s.repo, _FORKSERVER.preloaded):
                 try:
                     return _forked(s, args, extra)
                 except _ForkFailed as e:  # say so in isolation() and keep running, through bwrap
@@ -737,6 +737,12 @@ class _ForkServer(forkserver.Server):
 
 
 _FORKSERVER = _ForkServer()
+FORKED_MODES = ("root-ns", "pid-ns")  # where run_pytest starts from the fork server (pid-ns: benchmarks' baseline)
+
+
+def forked_runs() -> bool:
+    """Whether cold pytest runs start from the fork server here (a fresh sandbox with pytest preloaded)."""
+    return _mode() in FORKED_MODES and _FORKSERVER.failed is None
 
 
 def _shadows(repo: Path, preloaded: frozenset) -> list[str]:
@@ -751,7 +757,9 @@ def _forked(s: "_Session", args: list[str], extra: dict) -> tuple[int, str, bool
     out_r, out_w = os.pipe()
     status_r, status_w = os.pipe()
     report = _Report()
-    request = {"layout": layout(s.repo, s.plugin_dir, lim.tmp_mb), "uid": s.uid, "rlimits": s.rlimits(),
+    contained = s.mode == "root-ns"
+    request = {"layout": layout(s.repo, s.plugin_dir, lim.tmp_mb) if contained else None, "uid": s.uid,
+               "rlimits": s.rlimits(),
                "cgroup": str(s.cgroup.path / "cgroup.procs") if s.cgroup else None, "args": args,
                "env": {**s.pytest_env(), **extra}, "cwd": str(s.repo), "plugin_dir": str(s.plugin_dir)}
     try:
