@@ -224,7 +224,8 @@ class RecordingEnv(TRLCodingEnv):
         ep, state = self.env._ep, self.env.state
         return {"instance_id": state.instance_id, "reward": state.reward, "submitted": state.submitted,
                 "done": state.done, "truncated": state.truncated, "steps": state.step_count,
-                "patch": ep.patch if ep is not None else None, "failure": self._failure, "log": list(self._log)}
+                "patch": ep.patch if ep is not None else None, "failure": self._failure, "log": list(self._log),
+                "tampering": ep.tampering if ep is not None else None}
 
 
 def recording_env_factory(config: EnvConfig | None = None, *, call_timeout_s: float | None = 60.0,
@@ -473,7 +474,8 @@ class TraceRecorder:
                     "reward": reward, "rewards": rewards, "advantage": advantage,
                     "env_reward": (episode or {}).get("reward"), "submitted": (episode or {}).get("submitted"),
                     "resolved": (episode or {}).get("reward") == 1.0 if episode else None,
-                    "patch": (episode or {}).get("patch"), "truncation": truncation,
+                    "patch": (episode or {}).get("patch"), "tampering": (episode or {}).get("tampering"),
+                    "truncation": truncation,
                     "status": "errored" if error else "ok", "env_steps": len(log), "executed_tool_calls": executed,
                     "env_steps_after_done": _after_done(log),
                     "after_done_turns": len(after),
@@ -688,6 +690,7 @@ def check_traces(records: list[traces.StepRecord], *, expected_rollouts: int | N
     kinds = Counter(k for f in finals for k in truncation_kinds(f))
     truncated = sorted(f.trace_id for f in finals if truncation_kinds(f))
     errored = {f.trace_id: f.error for f in finals if f.error}
+    tampering = {f.trace_id: (f.outcome or {}).get("tampering") or {} for f in finals}
     drift = schema_drift(records)
     invalid = [str(p) for p in problems]
     n = len(ids)
@@ -701,6 +704,11 @@ def check_traces(records: list[traces.StepRecord], *, expected_rollouts: int | N
         "schema": {"invalid_lines": invalid, "drift": drift, "valid_records": len(records)},
         "errored": {"rollouts": len(errored), "reasons": dict(Counter(_reason(e) for e in errored.values())),
                     "ids": sorted(errored)},
+        # submissions whose grading reset test files or configuration to the base, or flagged tampering (composer.env.grading)
+        "tampering": {"rollouts": sum(bool(t.get("reset") or t.get("flagged")) for t in tampering.values()),
+                      "reset": sum(bool(t.get("reset")) for t in tampering.values()),
+                      "flagged": sum(bool(t.get("flagged")) for t in tampering.values()),
+                      "ids": sorted(tid for tid, t in tampering.items() if t.get("reset") or t.get("flagged"))},
     }
     out["gate"] = {
         "enough_rollouts": expected_rollouts is None or n >= expected_rollouts,

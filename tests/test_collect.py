@@ -359,6 +359,19 @@ def test_errored_and_truncated_rollouts_are_counted():
     assert check["truncation"]["ids"] == ["b", "c"] and not check["gate"]["no_truncation"]
 
 
+def test_tampering_reset_and_flagged_submissions_are_counted():
+    reset = record("a", 0, done=True, reward=0.0)
+    reset.outcome = {"tampering": {"reset": ["conftest.py"], "flagged": []}}
+    flagged = record("b", 0, done=True, reward=0.0)
+    flagged.outcome = {"tampering": {"reset": [], "flagged": ["os._exit in calc/ops.py:3"]}}
+    clean = record("c", 0, done=True, reward=1.0)
+    clean.outcome = {"tampering": {"reset": [], "flagged": []}}
+    unsubmitted = record("d", 0, done=True, reward=0.0)
+    unsubmitted.outcome = {"tampering": None}
+    check = collect.check_traces([reset, flagged, clean, unsubmitted])
+    assert check["tampering"] == {"rollouts": 2, "reset": 1, "flagged": 1, "ids": ["a", "b"]}
+
+
 def test_reward_alignment_flags_a_reward_that_the_environment_disagrees_with(records):
     from composer.env.environment import CodingEnv
 
