@@ -298,8 +298,10 @@ def test_apply_unified_diff_refuses_paths_outside_the_repo(repo, tmp_path, targe
 def test_isolation_describes_the_host():
     info = sandbox.isolation()
     assert info["mode"] in ("root-ns", "user-ns", "plain")
-    if os.geteuid() == 0 and subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0:
+    if os.geteuid() == 0 and shutil.which("bwrap") and \
+            subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0:
         assert info["mode"] == "root-ns"  # this host can do it: the probe must not silently fall back
+        assert info["pytest_runs"].startswith("fork server")  # and cold runs start from the fork server
 
 
 # --- the warm worker ------------------------------------------------------------------------

@@ -259,12 +259,28 @@ class Server:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "PYTHONNOUSERSITE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        try:
-            self._proc = subprocess.Popen([sys.executable, "-m", "composer.env.forkserver", str(theirs.fileno())],
-                                          cwd="/", env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
-        finally:
-            theirs.close()
+        started, box = threading.Event(), {}
+
+        def keeper():
+            # The server's parent-death signal fires when the *thread* that started it ends: started from a passing
+            # thread (a pool's), it would die with that thread. This one lives as long as the server, or the process.
+            try:
+                box["proc"] = subprocess.Popen(
+                    [sys.executable, "-m", "composer.env.forkserver", str(theirs.fileno())], cwd="/", env=env,
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+            except BaseException as e:
+                box["error"] = e
+            finally:
+                theirs.close()
+                started.set()
+            if "proc" in box:
+                box["proc"].wait()
+
+        threading.Thread(target=keeper, name="composer-forkserver", daemon=True).start()
+        started.wait()
+        if "error" in box:
+            raise OSError(f"the fork server did not start: {box['error']}")
+        self._proc = box["proc"]
         ours.settimeout(30)
         ready = ours.recv(1 << 20)
         ours.settimeout(None)

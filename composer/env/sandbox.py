@@ -22,7 +22,9 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
 
 - "root-ns" (Linux, root, bubblewrap `bwrap` and util-linux `setpriv`; the dev VM and CI, where
   `.ci/run` installs bubblewrap): each run (a cold run, or a PytestWorker's server and its runs) gets
-  its own mount, PID, network, IPC and UTS namespaces. Its filesystem is built from nothing: the
+  its own mount, PID, network, IPC and UTS namespaces. Cold pytest runs start from a fork server
+  (composer.env.forkserver: a trusted process with pytest imported that builds the same `layout` itself
+  for each run), other runs through bwrap. Its filesystem is built from nothing: the
   system's /usr (and /bin, /lib... links), a few /etc files (the loader cache, passwd, group, localtime;
   not /etc/shadow), the Python installation, all read-only; a fresh /proc and a minimal /dev; a private
   size-limited tmpfs on /tmp and /dev/shm (`tmp_mb`, gone with the run); the outcome plugin read-only;
@@ -54,8 +56,10 @@ also resets every file that steers a test run to the base and scans the agent's 
 inside the same sandbox (pid 1 of its namespaces, pytest imported) forks one child per run and kills every
 other process of its namespace after each; a run past the timeout takes the whole server down and the
 next run starts a new one. It needs a PID namespace ("root-ns" or "user-ns"); in "plain" mode, or when the
-server cannot start, it falls back to cold run_pytest (see its docstring). Grading never goes through it:
-a submission is graded by a cold run in a fresh sandbox on a fresh copy (composer.env.grading).
+server cannot start, it falls back to cold run_pytest (see its docstring). Where cold runs start from the
+fork server (`forked_runs()`), they cost about what a warm run does, and CodingEnv uses no worker. Grading
+never goes through a worker: a submission is graded by a cold run in a fresh sandbox on a fresh copy
+(composer.env.grading).
 """
 
 import contextlib
@@ -310,6 +314,8 @@ def isolation() -> dict:
                        "plain": "the caller's rights (not contained)"}[mode],
         "memory": (f"cgroup {memory[1]} memory cap for the process tree" if mode == "root-ns" and memory
                    else "RLIMIT_AS per process only"),
+        "pytest_runs": ("fork server (a fresh sandbox per run, pytest preloaded)" if forked_runs()
+                        else f"cold interpreter per run{' (fork server failed: ' + _FORKSERVER.failed + ')' if _FORKSERVER.failed else ''}"),
         "rlimits": ["AS", "CPU", "FSIZE", "NPROC", "CORE"],
         "environment": sorted(scrubbed_env()),
     }

@@ -1,0 +1,85 @@
+"""composer.env.forkserver: fresh sandboxes with pytest preloaded, tied to the process that uses them.
+
+    .venv/bin/pytest tests/test_env_forkserver.py
+"""
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from composer.env import sandbox
+
+pytestmark = pytest.mark.skipif(not sandbox.forked_runs(), reason="the fork server needs root and bubblewrap "
+                                                                  "(.ci/run installs bubblewrap)")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "repo" / "tests").mkdir(parents=True)
+    (tmp_path / "repo" / "tests" / "test_p.py").write_text(textwrap.dedent("""
+        import os
+
+        def test_probe():
+            status = open("/proc/self/status").read()
+            caps = [line.split()[1] for line in status.splitlines() if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
+            open("probe.txt", "w").write(repr((os.getpid(), os.getuid(), caps, sorted(os.listdir("/")))))
+    """))
+    return tmp_path / "repo"
+
+
+def test_a_run_is_pid_1_of_its_namespace_with_its_own_uid_and_no_capability(repo):
+    run = sandbox.run_pytest(repo, ["tests/test_p.py::test_probe"])
+    assert run.error is None and run.outcomes == {"tests/test_p.py::test_probe": True}
+    pid, uid, caps, root = eval((repo / "probe.txt").read_text())
+    assert pid == 1 and uid >= sandbox.UID_BASE and set(caps) == {"0000000000000000"}
+    assert set(root) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr",
+                         "root", "work", "home", "opt"}
+    assert sandbox._FORKSERVER.failed is None
+
+
+def test_the_server_outlives_the_thread_that_started_it(repo):
+    sandbox._FORKSERVER.close()
+    done = []
+    t = threading.Thread(target=lambda: done.append(sandbox.run_pytest(repo, ["tests/test_p.py::test_probe"])))
+    t.start()
+    t.join()
+    proc = sandbox._FORKSERVER._proc
+    time.sleep(0.3)
+    assert proc.poll() is None  # a pool thread ending must not take the server (and every run in flight) down
+    assert sandbox.run_pytest(repo, ["tests/test_p.py::test_probe"]).error is None
+    assert sandbox._FORKSERVER._proc is proc and done[0].error is None
+
+
+def test_the_server_dies_with_the_process_that_started_it(repo):
+    code = ("import sys; from composer.env import sandbox; "
+            f"sandbox.run_pytest({str(repo)!r}, []); print(sandbox._FORKSERVER._proc.pid, flush=True)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid)
+
+
+def test_when_the_server_cannot_run_runs_go_through_bubblewrap_and_say_so(repo, monkeypatch):
+    def broken(self, request, fds):
+        raise OSError("no such server")
+
+    monkeypatch.setattr(sandbox._ForkServer, "send", broken)
+    monkeypatch.setattr(sandbox._FORKSERVER, "failed", None)
+    run = sandbox.run_pytest(repo, ["tests/test_p.py::test_probe"])
+    assert run.error is None and run.outcomes == {"tests/test_p.py::test_probe": True}  # contained by bwrap
+    assert "no such server" in sandbox._FORKSERVER.failed and not sandbox.forked_runs()
+    assert "fork server failed" in sandbox.isolation()["pytest_runs"]
+
+
+def _state(pid) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
