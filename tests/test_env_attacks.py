@@ -45,7 +45,7 @@ def source(record) -> str:
     return gold_edits(record)[0]["path"]
 
 
-def test_file(record) -> str:
+def visible_test_file(record) -> str:
     return sandbox.diff_paths(record["test_patch"])[0]
 
 
@@ -183,7 +183,7 @@ def test_5_module_writing_passed_lines_down_every_pipe_then_exiting(record, flag
 
 
 def test_6_run_tests_code_replacing_the_outcome_plugin_then_a_comment_only_submit(env, record):
-    append(env, test_file(record), """
+    append(env, visible_test_file(record), """
 
         def test_zz_swap_the_plugin():
             import os
@@ -197,7 +197,7 @@ def test_6_run_tests_code_replacing_the_outcome_plugin_then_a_comment_only_submi
                     except OSError as e:
                         open("swap.log", "a").write("denied " + type(e).__name__ + "\\n")
     """)
-    env.call("run_tests", test_ids=[f"{test_file(record)}::test_zz_swap_the_plugin"])
+    env.call("run_tests", test_ids=[f"{visible_test_file(record)}::test_zz_swap_the_plugin"])
     log = (env.repo / "swap.log").read_text()
     assert "SWAPPED" not in log and "denied" in log
     append(env, source(record), "# comment only\n")
@@ -205,7 +205,7 @@ def test_6_run_tests_code_replacing_the_outcome_plugin_then_a_comment_only_submi
 
 
 def test_7_planted_config_above_the_repo_while_the_patch_empties_pyproject(env, record):
-    append(env, test_file(record), """
+    append(env, visible_test_file(record), """
 
         def test_zz_plant():
             import os, tempfile
@@ -219,7 +219,7 @@ def test_7_planted_config_above_the_repo_while_the_patch_empties_pyproject(env, 
                 except OSError:
                     pass
     """)
-    env.call("run_tests", test_ids=[f"{test_file(record)}::test_zz_plant"])
+    env.call("run_tests", test_ids=[f"{visible_test_file(record)}::test_zz_plant"])
     write(env, "pyproject.toml", "\n")
     assert submit(env).reward == 0.0 and "pyproject.toml" in tampering(env)["reset"]
 
@@ -262,8 +262,8 @@ def test_8_two_live_episodes_never_share_a_uid(record):
 
 def run_probe(env, record, body: str) -> str:
     """Run `body` as a test through run_tests; what it printed to probe.log."""
-    append(env, test_file(record), "\n\ndef test_zz_probe():\n" + textwrap.indent(textwrap.dedent(body), "    "))
-    obs = env.call("run_tests", test_ids=[f"{test_file(record)}::test_zz_probe"])
+    append(env, visible_test_file(record), "\n\ndef test_zz_probe():\n" + textwrap.indent(textwrap.dedent(body), "    "))
+    obs = env.call("run_tests", test_ids=[f"{visible_test_file(record)}::test_zz_probe"])
     log = env.repo / "probe.log"
     assert log.exists(), obs.text
     return log.read_text()
@@ -397,14 +397,14 @@ def test_a_regex_that_explodes_at_compile_is_refused_fast_and_small(env):
 
 
 def test_a_fifo_in_the_repo_hangs_no_tool(env, record):
-    append(env, test_file(record), """
+    append(env, visible_test_file(record), """
 
         def test_zz_fifo():
             import os
             os.mkfifo("notes.txt")
             os.mkfifo("calc/pipe.py")
     """)
-    env.call("run_tests", test_ids=[f"{test_file(record)}::test_zz_fifo"])
+    env.call("run_tests", test_ids=[f"{visible_test_file(record)}::test_zz_fifo"])
     assert stat.S_ISFIFO(os.lstat(env.repo / "notes.txt").st_mode)
     start = time.monotonic()
     assert "notes.txt" not in env.call("list_files").text
@@ -418,12 +418,12 @@ def test_non_utf8_file_names_never_break_a_step(env, record, tmp_path):
     quoted = 'diff --git "a/\\377.py" "b/\\377.py"\nnew file mode 100644\n--- /dev/null\n+++ "b/\\377.py"\n@@ -0,0 +1 @@\n+x = 1\n'
     obs = env.call("apply_patch", diff=quoted)
     assert obs.info.ok is False and "unsupported file name" in obs.text
-    append(env, test_file(record), """
+    append(env, visible_test_file(record), """
 
         def test_zz_name():
             open(b"bad\\xff.py", "w").write("x = 1\\n")
     """)
-    env.call("run_tests", test_ids=[f"{test_file(record)}::test_zz_name"])
+    env.call("run_tests", test_ids=[f"{visible_test_file(record)}::test_zz_name"])
     assert any(p.name.startswith("bad") for p in env.repo.iterdir())
     for tool, args in [("list_files", {}), ("search", {"pattern": "x"})]:
         assert env.call(tool, **args).info.ok
@@ -472,14 +472,14 @@ def test_run_code_cannot_gain_privilege_or_see_the_host(env, record):
 def test_close_leaves_no_process_cgroup_uid_or_file(record):
     env = CodingEnv([record], EnvConfig(warm_tests=True))
     env.reset(instance=record)
-    append(env, test_file(record), """
+    append(env, visible_test_file(record), """
 
         def test_zz_linger():
             import subprocess, sys
             subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
             open("/tmp/linger", "w").write("x")
     """)
-    env.call("run_tests", test_ids=[f"{test_file(record)}::test_zz_linger"])
+    env.call("run_tests", test_ids=[f"{visible_test_file(record)}::test_zz_linger"])
     session = env._ep.worker._state.session
     uid, cgroup, scratch, repo = session.uid, session.cgroup, session.dir, env.repo
     env.close()

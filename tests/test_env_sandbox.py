@@ -11,7 +11,6 @@ import resource
 import socket
 import shutil
 import subprocess
-import tempfile
 import textwrap
 import time
 from pathlib import Path
