@@ -83,3 +83,12 @@ def _state(pid) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return ""
+
+
+def test_a_repo_module_named_like_a_preloaded_one_runs_in_a_cold_interpreter(repo, monkeypatch):
+    (repo / "tomllib.py").write_text("VALUE = 'the repo'\n")  # the server imported the standard library's
+    (repo / "tests" / "test_m.py").write_text("import tomllib\n\ndef test_m():\n    assert tomllib.VALUE == 'the repo'\n")
+    calls = []
+    monkeypatch.setattr(sandbox, "_forked", lambda *a: calls.append(a))
+    assert sandbox.run_pytest(repo, ["tests/test_m.py::test_m"]).outcomes == {"tests/test_m.py::test_m": True}
+    assert calls == [] and "tomllib" in sandbox._FORKSERVER.modules()

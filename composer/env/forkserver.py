@@ -251,9 +251,18 @@ class Server:
 
     def send(self, request: dict, fds: list[int]) -> None:
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
+            self._ensure()
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+
+    def modules(self) -> frozenset[str]:
+        """Top-level names of the modules the server has imported (a run would not import them afresh)."""
+        with self._lock:
+            self._ensure()
+            return self.preloaded
+
+    def _ensure(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -717,10 +717,11 @@ def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
     normally and every requested id ran."""
     with _Session(repo_dir, Limits(**limits)) as s:
         def runner(args, extra):
-            if s.mode in FORKED_MODES and _FORKSERVER.failed is None and not _shadows(s.repo, _FORKSERVER.preloaded):
+            if s.mode in FORKED_MODES and _FORKSERVER.failed is None:
                 try:
-                    return _forked(s, args, extra)
-                except _ForkFailed as e:  # say so in isolation() and keep running, through bwrap
+                    if not _shadows(s.repo, _FORKSERVER.modules()):  # else a cold interpreter imports them afresh
+                        return _forked(s, args, extra)
+                except (_ForkFailed, OSError) as e:  # say so in isolation() and keep running, through bwrap
                     _FORKSERVER.failed = str(e)
             report = _Report()
             try:
@@ -771,8 +772,6 @@ def _forked(s: "_Session", args: list[str], extra: dict) -> tuple[int, str, bool
     try:
         try:
             _FORKSERVER.send(request, [out_w, report.write_fd, status_w])
-        except OSError as e:
-            raise _ForkFailed(f"the fork server is not available: {e}") from None
         finally:
             os.close(out_w)
             os.close(status_w)
