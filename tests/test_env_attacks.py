@@ -362,28 +362,36 @@ def test_repository_growth_is_bounded(tmp_path):
     assert sum(p.stat().st_size for p in repo.iterdir()) < 400 * 2**20
 
 
+HOG = """
+import os, time
+pids = []
+for i in range(4):  # 4 x 200 MiB held at once, each under the per-process limit, together over the cap
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(200 * 2**20)
+        for j in range(0, len(block), 4096):
+            block[j] = 1
+        open(f"held{i}", "w").write("x")
+        time.sleep(3)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+"""
+
+
 @pytest.mark.skipif(not CONTAINED or not sandbox._memory_cgroup(), reason="needs a writable memory cgroup")
-def test_memory_is_capped_for_the_whole_process_tree(tmp_path):
+@pytest.mark.parametrize("path", ["bwrap", "fork server"])
+def test_memory_is_capped_for_the_whole_process_tree(tmp_path, path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    code = """
-    import os, time
-    pids = []
-    for i in range(4):  # 4 x 200 MiB held at once, each under the per-process limit, together over the cap
-        pid = os.fork()
-        if pid == 0:
-            block = bytearray(200 * 2**20)
-            for j in range(0, len(block), 4096):
-                block[j] = 1
-            open(f"held{i}", "w").write("x")
-            time.sleep(3)
-            os._exit(0)
-        pids.append(pid)
-    for pid in pids:
-        os.waitpid(pid, 0)
-    """
-    rc, out, _ = sandbox.run_python(repo, ["-c", textwrap.dedent(code)], memory_mb=450, timeout_s=20)
-    assert len(list(repo.glob("held*"))) < 4, out  # the cgroup's OOM killer stopped at least one
+    if path == "bwrap":
+        sandbox.run_python(repo, ["-c", HOG], memory_mb=450, timeout_s=20)
+    else:
+        (repo / "test_hog.py").write_text("def test_hog():\n" + textwrap.indent(HOG, "    "))
+        sandbox.run_pytest(repo, ["test_hog.py::test_hog"], memory_mb=450, timeout_s=20)
+        assert sandbox._FORKSERVER.failed is None
+    assert len(list(repo.glob("held*"))) < 4  # the cgroup's OOM killer stopped at least one
 
 
 def test_a_regex_that_explodes_at_compile_is_refused_fast_and_small(env):

@@ -12,8 +12,8 @@ new mount, PID, network, IPC and UTS namespaces, builds the filesystem of compos
 description bubblewrap carries out for the other runs), joins the run's memory cgroup, sets the rlimits, drops
 to the run's uid with no capability and no_new_privs, and only then imports anything of the repository.
 
-Per run: the server forks C1 (joins the cgroup, unshares the namespaces, reports its pid, waits) and C1 forks
-C2, pid 1 of the new PID namespace, which builds the filesystem and runs pytest.main. C1 writes "pid N" and,
+Per run: the server forks C1 (unshares the namespaces, reports its pid, waits) and C1 forks C2, pid 1 of the
+new PID namespace, which joins the cgroup, builds the filesystem and runs pytest.main. C1 writes "pid N" and,
 when C2 ends, "rc N" down the status pipe; the caller kills C1 through a pidfd on timeout, and C2 dies with it
 (parent-death signal), and with it its whole namespace. C1 and C2 close the server's socket first thing: code
 under test never holds a way to ask for runs. The server dies with the process that started it.
@@ -126,6 +126,9 @@ def _run(request: dict, out_fd: int, report_fd: int, root: str, pytest) -> None:
     out_fd, report_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (out_fd, report_fd))  # clear of 0-3
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if request["cgroup"]:  # C2 joins, not C1: the cgroup empties (and can go) as soon as the run's tree is gone
+            with open(request["cgroup"], "w") as f:
+                f.write("0")  # "the writer": its pid in this new PID namespace would name another process
         if request["layout"] is not None:  # None: the uncontained baseline of benchmarks (a PID namespace alone)
             _enter(request["layout"], root)
         import resource
@@ -168,7 +171,7 @@ def _run(request: dict, out_fd: int, report_fd: int, root: str, pytest) -> None:
 
 
 def _child(request: dict, fds: list[int], sock: socket.socket, root: str, pytest) -> None:
-    """C1: join the cgroup, unshare, fork C2, report; never returns."""
+    """C1: unshare, fork C2, report; never returns."""
     out_fd, report_fd, status_fd = fds
     try:
         sock.close()  # first: nothing below the server may ask it for runs
@@ -176,9 +179,6 @@ def _child(request: dict, fds: list[int], sock: socket.socket, root: str, pytest
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.setsid()
         os.write(status_fd, f"pid {os.getpid()}\n".encode())
-        if request["cgroup"]:
-            with open(request["cgroup"], "w") as f:
-                f.write(str(os.getpid()))
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
         _check(_libc.unshare(flags if request["layout"] is not None else CLONE_NEWPID), "unshare")
         pid = os.fork()
