@@ -57,6 +57,19 @@ env_steps_per_s 24.3 / 20.7 / 20.4 warm vs 13.1 / 10.7 / 12.2 cold (1.85x / 1.95
 step 77 / 89 / 90 ms warm vs 147 / 166 / 156 cold: the target is met, by a thin margin in two runs.
 What remains is the worker's own start (~175 ms per episode); a trusted zygote outside the
 sandbox that enters fresh namespaces, uid and rlimits itself would remove it.
+
+2026-12-01 (session 5), containment (issue 13): every run in its own mount namespace, uid, cgroup. First
+with bubblewrap alone and grading cold in a fresh sandbox: 15.5 / 16.6 steps/s (CPU 111-117 ms per step),
+against 24.4 / 20.2 for the old code on the same machine that day, because each submission paid a cold
+interpreter and `import pytest` (~265 ms). That zygote now exists (composer.env.forkserver): every root
+pytest run, run_tests and grading alike, forks from it into a fresh sandbox, so no episode starts a worker.
+Idle machine, the old code then the new back to back: 20.2 vs 25.6 steps/s; two more runs of the new:
+27.0 and 24.2 (one at a time 16.4 / 13.6; with a per-episode worker instead 19.1 / 16.1); CPU per step
+61-68 ms; grading 0.11-0.13 s per submission; sandbox_overhead 1.27 and 1.11 against a PID namespace alone
+(1.27 and 1.34 before the run, rather than its waiting parent, joined the memory cgroup: the cgroup then
+waited for the parent's reaping before it could be removed). What containment still costs, measured per
+pytest run (13 tests, medians of 25 interleaved): 111 ms contained vs 107 ms in a PID namespace alone; the
+memory cgroup is ~15 ms of a run (the kernel charges each copy-on-write page of the forked interpreter).
 """
 
 import argparse
