@@ -138,7 +138,7 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
                          "Lite repositories in the environment, which CodingEnv cannot materialize yet (see "
                          "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml)")
     profile = zoo.PROFILES[p["student"].split(":", 1)[1]]
-    student = zoo.zoo(profile)["student"]
+    student = zoo.model(profile, "student")
     train, test = zoo.split_tasks(profile, "train"), zoo.split_tasks(profile, "test")
     test = test[:p["n_test"]] if p["n_test"] else test
     source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]

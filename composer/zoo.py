@@ -5,6 +5,7 @@
 
     from composer import zoo
     paths = zoo.zoo("report")                   # {"student": Path, "teacher-large": Path, ...}
+    zoo.model("report", "student")              # one of them (trains only that one when it is not cached)
     rows = zoo.report("report")                 # the table as dicts (pass@1 on the test split, Wilson CI)
 
 Offline stand-ins for the project's real models: the student base plays Qwen3-8B (the policy RL
@@ -360,6 +361,15 @@ def zoo(profile: str | Profile = "report") -> dict[str, Path]:
     """{name: checkpoint path} of the profile's four models, training whichever is not cached yet."""
     profile = PROFILES[profile] if isinstance(profile, str) else profile
     return {spec.name: build(spec, profile) for spec in profile.models}
+
+
+def model(profile: str | Profile, name: str) -> Path:
+    """One model's checkpoint (e.g. "student"), training it alone if it is not cached: a spike that needs only the
+    student does not wait for three teachers."""
+    specs = {spec.name: spec for spec in (PROFILES[profile] if isinstance(profile, str) else profile).models}
+    if name not in specs:
+        raise ValueError(f"no model {name!r} in this zoo profile; it has {', '.join(specs)}")
+    return build(specs[name], PROFILES[profile] if isinstance(profile, str) else profile)
 
 
 def info(path: Path) -> dict:

@@ -47,6 +47,13 @@ def test_second_call_loads_from_the_cache(built):
     assert {n: (p / "zoo.json").stat().st_mtime for n, p in paths.items()} == mtimes
 
 
+def test_one_model_is_the_same_checkpoint_and_a_bad_name_is_refused(built):
+    paths, _ = built
+    assert zoo.model("smoke", "student") == paths["student"]
+    with pytest.raises(ValueError, match="no model 'teacher' .* student, teacher-large"):
+        zoo.model("smoke", "teacher")
+
+
 def test_report_table_has_the_required_columns(built):
     rows = zoo.report("smoke")
     assert [r["model"] for r in rows] == list(built[0])
