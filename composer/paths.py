@@ -15,7 +15,7 @@ def shown(path) -> str:
     """A path as a report shows it: relative to the repository when inside it, so no report carries the absolute
     paths of the machine that made it; a path elsewhere is shown by its last component, and a name that is no path
     here (a Hugging Face model, say) as it is."""
-    if not Path(path).exists():
+    if not Path(path).is_absolute() and not Path(path).exists():
         return str(path)
     p = Path(path).resolve()
     return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else f"<outside the repository>/{p.name}"
