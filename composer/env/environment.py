@@ -143,7 +143,7 @@ class _Episode:
     reward: float | None = None
     patch: str | None = None
     tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings]}
-    worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None with warm_tests=False or once done
+    worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None where runs are forked, or once done
 
 
 @dataclass

@@ -1189,9 +1189,7 @@ class PytestWorker:
     def _shadowed(server: _Server, repo: Path) -> list[str]:
         """Modules of the repo that the server has preloaded, so a child would not import them afresh: its
         top-level modules and packages (first on sys.path in a cold run) and any preloaded from its files."""
-        names = {p.name.removesuffix(".py") for p in repo.iterdir()
-                 if p.suffix == ".py" or (p / "__init__.py").is_file()}
-        return sorted(names & server.preloaded) + server.inside
+        return _shadows(repo, server.preloaded) + server.inside
 
     def _warm(self, test_ids: list[str]) -> TestRun:
         server = self._server()
