@@ -47,6 +47,7 @@ from types import SimpleNamespace
 from tqdm import tqdm
 from trl import GRPOConfig
 
+from composer import tether
 from composer.env.environment import EnvConfig
 from composer.models import _hash, _publish
 from composer.trainer import ComposerConfig, _check_channels
@@ -337,7 +338,9 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
                 bar.update()
         else:
             context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1) as pool:
+            # Tied: a job would otherwise train on for minutes after a killed run (composer.tether).
+            with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1,
+                                     initializer=tether.die_with, initargs=(os.getpid(),)) as pool:
                 running, failure = {}, None
                 while pending or running:
                     for job in [j for j in pending if ready(j) and failure is None][:workers - len(running)]:

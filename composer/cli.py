@@ -9,6 +9,7 @@
 """
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import sys
@@ -41,10 +42,34 @@ exit status: 0 success, 1 a notebook failed or recorded no results (previous HTM
 2 bad spike, profile, parameter or file (nothing written)."""
 
 
+def benches() -> dict[str, str]:
+    """The benches in composer/bench/ with the first line of each one's docstring (read, not imported: some import
+    torch)."""
+    package = importlib.import_module("composer.bench")
+    out = {}
+    for m in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if not m.name.startswith("_"):
+            path = Path(m.module_finder.path) / f"{m.name}.py"
+            doc = ast.get_docstring(ast.parse(path.read_text())) if path.exists() else None
+            out[m.name] = (doc or "").split("\n")[0]
+    return out
+
+
+def describe(argv) -> int:
+    """`run SLUG --help`: the spike's parameters, or exit 2 for an unknown spike."""
+    notebooks = Path(argv[argv.index("--notebooks-dir") + 1]) if "--notebooks-dir" in argv[:-1] else NOTEBOOKS
+    try:
+        (slug,) = run.select(argv[1], notebooks)
+    except (run.UsageError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(run.describe(slug, notebooks))
+    return 0
+
+
 def bench(name, argv) -> int:
     """Dispatch to composer.bench.<name>.main(argv)."""
-    package = importlib.import_module("composer.bench")
-    available = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    available = list(benches())
     if name not in available:
         print(f"error: unknown bench {name!r}; available: {', '.join(available) or 'none yet'}", file=sys.stderr)
         return 2
@@ -58,7 +83,8 @@ def main(argv=None) -> int:
     p = commands.add_parser(
         "run", help="execute spike notebooks headless and write their reports",
         description="Execute spike notebooks with papermill and write executed notebook, HTML and JSON reports.",
-        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=RUN_EPILOG + "\n\nspikes (`run SLUG --help` lists a spike's parameters):\n" + "\n".join(
+            f"  {slug}" for slug in run.slugs()), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("spike", help="a notebook slug (005-integrated-trainer-skeleton), a unique prefix (005), or all")
     p.add_argument("--profile", choices=run.PROFILES, default="default", help="parameter profile (default: the notebook's own defaults)")
@@ -67,7 +93,10 @@ def main(argv=None) -> int:
     p.add_argument("--reports-dir", type=Path, default=REPORTS, metavar="DIR", help=f"where reports go (default: {REPORTS})")
     p.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, metavar="DIR", help=f"where spike notebooks are (default: {NOTEBOOKS})")
 
-    p = commands.add_parser("bench", help="run a benchmark module from composer/bench/", description="Run composer.bench.NAME's main(ARGS).")
+    p = commands.add_parser("bench", help="run a benchmark module from composer/bench/", description="Run composer.bench.NAME's main(ARGS).",
+                            epilog="benches (`bench NAME --help` for its options):\n" + "\n".join(
+                                f"  {name:10} {summary}" for name, summary in benches().items()),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", metavar="NAME", help="a module in composer/bench/")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to the benchmark's main()")
 
@@ -83,6 +112,8 @@ def main(argv=None) -> int:
                         add_help=False)
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"] and len(argv) > 2 and not argv[1].startswith("-") and {"-h", "--help"} & set(argv):
+        return describe(argv)
     if argv[:1] == ["serve"]:
         from composer import serve  # imports torch and uvicorn: only for this command
 

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import tiktoken
 
+from composer.lock import run_lock
 from composer.serve import PromptCache, cost, load_profiles
 from composer.teachers import (
     OTHER,
@@ -119,7 +120,10 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
                  context: str = "full", window: int = 8, cache: bool = True, concurrency: int = 32,
                  budget_usd: float = 10.0, seed: int = 0) -> ReplayResult:
     """Query every teacher at every selected step; see the module docstring. Writes out_dir/teacher_queries.jsonl
-    (afresh each run: stored answers are written again, marked cached) and out_dir/replay.sqlite."""
+    (afresh each run: stored answers are written again, marked cached) and out_dir/replay.sqlite, holding
+    out_dir's lock (composer.lock: a second run on it raises RunDirBusy)."""
+    if concurrency < 1:  # a semaphore of 0 slots would wait forever for the first call
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     planned = {tid: select_steps(len(records), steps, seed, tid) for tid, records in traces.items()}
@@ -160,18 +164,19 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
                                       sum(not q.cached for q in out)))
             previous = len(history(record.state.messages))
 
-    store = Store(out_dir / STORE_FILE, budget_usd)
-    clients = []
-    try:
-        slots = asyncio.Semaphore(concurrency)
-        clients = [Teacher(spec, store, slots=slots) for spec in specs]
-        with open(out_dir / QUERIES_FILE, "w", encoding="utf-8") as writer:
-            await asyncio.gather(*(run_trace(tid, clients, writer) for tid in planned))
-    finally:
-        for c in clients:
-            await c.close()
-        ledger = store.totals()
-        store.close()
+    with run_lock(out_dir):  # a second run on this store would pay for the same calls again
+        store = Store(out_dir / STORE_FILE, budget_usd)
+        clients = []
+        try:
+            slots = asyncio.Semaphore(concurrency)
+            clients = [Teacher(spec, store, slots=slots) for spec in specs]
+            with open(out_dir / QUERIES_FILE, "w", encoding="utf-8") as writer:
+                await asyncio.gather(*(run_trace(tid, clients, writer) for tid in planned))
+        finally:
+            for c in clients:
+                await c.close()
+            ledger = store.totals()
+            store.close()
     done = {(s.trace_id, s.step) for s in timings}
     unfinished = sum(1 for tid, ts in planned.items() for t in ts if (tid, t) not in done)
     calls_expected = sum(len(ts) for ts in planned.values()) * sum(1 if s.mode == "topk" else s.k for s in specs)
@@ -180,18 +185,23 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
                         out_dir / QUERIES_FILE, out_dir / STORE_FILE, time.perf_counter() - started)
 
 
-def read_queries(path, *, drop_torn_tail: bool = False) -> list[TeacherQuery]:
-    """The records of a teacher_queries.jsonl; a bad line raises ValueError naming file and line.
-    drop_torn_tail: a last line that does not parse (a write cut by a kill) is dropped, with a line on stderr."""
+def resume_note(ledger: dict) -> str | None:
+    """A report's note on a resumed store (more than one run wrote its ledger): the calls paid more than once."""
+    if ledger["runs"] <= 1:
+        return None
+    repaid = ledger["paid_more_than_once"]
+    return (f"resumed: the store holds {ledger['runs']} runs; {repaid['calls']} calls were paid (or may have been "
+            f"billed) more than once, at most ${repaid['extra_usd_at_most']:.4f} extra (from the ledger)")
+
+
+def read_queries(path) -> list[TeacherQuery]:
+    """The records of a teacher_queries.jsonl; a bad line raises ValueError naming file and line."""
     out = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         try:
             out.append(TeacherQuery.model_validate_json(line))
         except ValueError as e:
-            if not (drop_torn_tail and lineno == len(lines)):
-                raise ValueError(f"{path}:{lineno}: {str(e).splitlines()[0]}") from None
-            print(f"{path}:{lineno}: a torn last line (a killed run) is dropped", file=sys.stderr)
+            raise ValueError(f"{path}:{lineno}: {str(e).splitlines()[0]}") from None
     return out
 
 

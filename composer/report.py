@@ -62,7 +62,8 @@ VERDICT_RULE = (
     "interval misses it, and is undecided otherwise (an exact criterion has a zero-width interval); a criterion "
     "with a null value passes instead when its estimate meets the threshold and its interval excludes the null. "
     "VALIDATED: every criterion passes. INVALIDATED: every criterion fails. PARTIAL: some pass and some fail, "
-    "none undecided. INCONCLUSIVE: any criterion is undecided. A run that did not complete (e.g. a budget cap "
+    "none undecided. INCONCLUSIVE: any criterion is undecided, including one whose data fall short of a stated "
+    "minimum (too few answered calls, smoke-scale samples). A run that did not complete (e.g. a budget cap "
     "was hit) is never VALIDATED: it is PARTIAL."
 )
 COLOURS = {"VALIDATED": "#1a7f37", "INVALIDATED": "#cf222e", "PARTIAL": "#9a6700", "INCONCLUSIVE": "#57606a", None: "#0969da"}
@@ -84,7 +85,10 @@ class Criterion:
 
     With `null` set it is a minimum-effect superiority gate (spike 004's rule): it passes when the estimate
     meets the threshold and the whole interval is on the threshold's side of `null` (e.g. B - A >= 2 points
-    with an interval above 0); it fails, as any criterion, when the whole interval misses the threshold."""
+    with an interval above 0); it fails, as any criterion, when the whole interval misses the threshold.
+
+    `undecided_why` says why the data cannot decide it whatever its interval (e.g. "3 of 12 calls answered, below
+    the stated minimum of 90 %"): the criterion is then undecided, and reports show the reason beside it."""
 
     name: str
     threshold: float
@@ -93,6 +97,7 @@ class Criterion:
     ci_low: float | None = None
     ci_high: float | None = None
     null: float | None = None
+    undecided_why: str | None = None
 
     def __post_init__(self):
         if self.comparator not in COMPARATORS:
@@ -107,8 +112,9 @@ class Criterion:
 
     @property
     def status(self) -> str:
-        """"pass", "fail" or "undecided" (an interval straddling the threshold, or a missing/NaN value)."""
-        if not (_known(self.ci_low) and _known(self.ci_high)):
+        """"pass", "fail" or "undecided" (an interval straddling the threshold, a missing/NaN value, or a stated
+        reason the data cannot decide it)."""
+        if self.undecided_why or not (_known(self.ci_low) and _known(self.ci_high)):
             return "undecided"
         meets = COMPARATORS[self.comparator]
         # For ">"/">=" the interval's low end must clear the threshold to pass and its high end
@@ -126,6 +132,14 @@ class Criterion:
     @property
     def passed(self) -> bool | None:
         return {"pass": True, "fail": False, "undecided": None}[self.status]
+
+
+def short_of(count: int, total: int, minimum: float, what: str) -> str | None:
+    """Why a criterion cannot be decided when only `count` of `total` units are usable ("3 of 12 calls answered,
+    below the stated minimum of 90 %"), or None when the share meets `minimum`."""
+    if total and count / total >= minimum:
+        return None
+    return f"{count} of {total} {what}, below the stated minimum of {minimum:.0%}"
 
 
 def _known(x) -> bool:
@@ -200,7 +214,8 @@ def record(spike, *, title, criteria, metrics, params, backend, seed, started, n
         notes.append("the run did not complete (e.g. a budget cap was hit), so it can not be VALIDATED")
     rows = [
         {"name": c.name, "threshold": c.threshold, "comparator": c.comparator, "estimate": c.estimate,
-         "ci_low": c.ci_low, "ci_high": c.ci_high, "passed": c.passed, **({"null": c.null} if c.null is not None else {})}
+         "ci_low": c.ci_low, "ci_high": c.ci_high, "passed": c.passed, **({"null": c.null} if c.null is not None else {}),
+         **({"undecided_why": c.undecided_why} if c.undecided_why else {})}
         for c in criteria
     ]
     results = {
@@ -319,6 +334,7 @@ def fmt(x) -> str:
 
 def _criterion_line(c) -> str:
     status = {True: "pass", False: "fail", None: "undecided"}[c["passed"]]
+    status += f" ({c['undecided_why']})" if c.get("undecided_why") else ""
     null = f" (interval beyond {fmt(c['null'])})" if c.get("null") is not None else ""
     return f"{c['name']}: {fmt(c['estimate'])} [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] {c['comparator']} {fmt(c['threshold'])}{null}: {status}"
 
@@ -360,6 +376,7 @@ def _criteria_html(results) -> str:
         lo, hi = c["ci_low"], c["ci_high"]
         half = (hi - lo) / 2 if lo is not None and hi is not None else None
         status = {True: "pass", False: "fail", None: "undecided"}[c["passed"]]
+        status += f" ({c['undecided_why']})" if c.get("undecided_why") else ""
         cells = [c["name"], fmt(c["estimate"]), fmt(half), f"[{fmt(lo)}, {fmt(hi)}]", f"{c['comparator']} {fmt(c['threshold'])}" + (f", interval beyond {fmt(c['null'])}" if c.get("null") is not None else ""), status]
         rows.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in cells) + "</tr>")
     verdict = f"<p><b>{e(results['verdict'])}</b> (backend: {e(results['backend'])})</p>"

@@ -10,13 +10,16 @@ effective parameters) and regenerates the index <reports>/README.md.
 """
 
 import ast
+import difflib
 import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
+import nbformat
 import papermill
 import yaml
 from nbconvert import HTMLExporter
@@ -67,21 +70,69 @@ def select(name, notebooks_dir=NOTEBOOKS) -> list[str]:
 # parameters
 
 
-def notebook_parameters(notebook) -> dict:
-    """name -> (default, kind) from the `parameters` cell; kind None accepts any value."""
+class Param(NamedTuple):
+    default: object
+    kind: str | None
+    """int, float, str, bool, list or dict; None accepts any value."""
+    allowed: str | None
+    """The allowed-values clause of its comment ("{at least 1}", "{topk | samples}", "{non-empty}"), without braces."""
+    help: str
+
+
+# An allowed-values clause opens a parameter's comment: `k: int = 5  # {at least 1} calls per step`, with bounds
+# ("at least 1", "more than 0, at most 1", "less than 1"), choices ("topk | samples | logprobs", each read as YAML)
+# or "non-empty" (a list or text). Words, not ">=": papermill skips a parameter line holding a second "=".
+ALLOWED = re.compile(r"^\{([^{}]+)\}\s*")
+BOUND = re.compile(r"^(at least|at most|more than|less than)\s+(-?[0-9.]+(?:e-?[0-9]+)?)$")
+BOUNDS = {"at least": ">=", "at most": "<=", "more than": ">", "less than": "<"}
+ASSIGNMENT = re.compile(r"^\w+\s*(:[^=]*)?=")
+
+
+def notebook_parameters(notebook) -> dict[str, Param]:
+    """name -> Param from the `parameters` cell: the default, its type (the annotation, else the default's own
+    type), the allowed-values clause opening its comment, and the rest of the comment."""
     spec = {}
-    for name, p in papermill.inspect_notebook(str(notebook)).items():
+    found = papermill.inspect_notebook(str(notebook))
+    cell = next(c for c in nbformat.read(notebook, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+    lines = [line for line in cell.source.splitlines() if ASSIGNMENT.match(line)]
+    if len(lines) != len(found):  # papermill drops a line it cannot parse (e.g. a second "=" in its comment)
+        missed = [line for line in lines if line.split("=")[0].split(":")[0].strip() not in found]
+        raise UsageError(f"{Path(notebook).name}: papermill cannot read the parameter line {missed[0]!r} "
+                         "(no '=' in a parameter's comment)")
+    for name, p in found.items():
         try:
             default = ast.literal_eval(p["default"])
         except (ValueError, SyntaxError):
             raise UsageError(f"{Path(notebook).name}: parameter {name} = {p['default']} is not a literal (derive values in the next cell)") from None
-        # papermill only knows a type from an annotation or `# type:` comment ("None" otherwise),
-        # so the default's own type is the fallback. Optional[...], unknown annotations and None
-        # defaults accept anything; list[str] is checked as list.
+        # papermill knows a type from an annotation ("None" without one), so the default's own type is the
+        # fallback. Optional[...], unknown annotations and None defaults accept anything; list[str] is checked as list.
         annotation = p["inferred_type_name"]
         kind = annotation.split("[")[0] if annotation != "None" else type(default).__name__
-        spec[name] = (default, kind if kind in KINDS else None)
+        clause = ALLOWED.match(p["help"] or "")
+        param = Param(default, kind if kind in KINDS else None, clause and clause.group(1).strip(),
+                      ALLOWED.sub("", p["help"] or ""))
+        if param.allowed is not None:
+            try:
+                fits = _allows(param.allowed, default)
+            except ValueError as e:
+                raise UsageError(f"{Path(notebook).name}: parameter {name}: {e}") from None
+            if not fits:
+                raise UsageError(f"{Path(notebook).name}: parameter {name}'s default {default!r} is not {param.allowed}")
+        spec[name] = param
     return spec
+
+
+def _allows(clause: str, value) -> bool:
+    """Whether value meets an allowed-values clause; ValueError for a clause that is none of the three forms."""
+    if clause == "non-empty":
+        return len(value) > 0
+    if "|" in clause:
+        return value in [load_yaml(choice.strip()) for choice in clause.split("|")]
+    bounds = [BOUND.match(part.strip()) for part in clause.split(",")]
+    if not all(bounds):
+        raise ValueError(f"{{{clause}}} is not an allowed-values clause ({{at least 1}}, {{more than 0, at most 1}}, "
+                         "{a | b}, {non-empty})")
+    return all(report.COMPARATORS[BOUNDS[m.group(1)]](value, float(m.group(2))) for m in bounds)
 
 
 def _fits(value, kind) -> bool:
@@ -133,20 +184,37 @@ def effective_parameters(slug, *, profile="default", params_file=None, overrides
     if params_file is not None:
         layers.append((str(params_file), _read_yaml(params_file)))
     layers.append(("-p", overrides or {}))
-    values = {name: default for name, (default, _) in spec.items()}
+    values = {name: p.default for name, p in spec.items()}
     for origin, layer in layers:
         for name, value in layer.items():
             if name not in spec:
-                raise UsageError(f"{origin}: unknown parameter {name!r} for {slug}; valid: {', '.join(spec) or 'none'}")
-            kind = spec[name][1]
+                near = difflib.get_close_matches(name, spec, n=1)
+                raise UsageError(f"{origin}: unknown parameter {name!r} for {slug}"
+                                 + (f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(spec) or 'none'}"))
+            kind, allowed = spec[name].kind, spec[name].allowed
             if not _fits(value, kind):
                 raise UsageError(f"{origin}: parameter {name!r} of {slug} expects {kind}, got {type(value).__name__} {value!r}")
+            if allowed is not None and not _allows(allowed, value):
+                raise UsageError(f"{origin}: parameter {name!r} of {slug} must be {allowed}, got {value!r}")
             values[name] = value
     try:
         report.redact_params(values)
     except ValueError as e:
         raise UsageError(f"{slug}: {e}") from None
-    return values, {name: default for name, (default, _) in spec.items()}
+    return values, {name: p.default for name, p in spec.items()}
+
+
+def describe(slug, notebooks_dir=NOTEBOOKS) -> str:
+    """`run SLUG --help`: the spike's title and each parameter with its type, default and allowed values."""
+    notebook = Path(notebooks_dir) / f"{slug}.ipynb"
+    lines = [f"{slug}: {_title(nbformat.read(notebook, as_version=4), slug)}", "", "parameters (-p NAME=VALUE):"]
+    for name, p in notebook_parameters(notebook).items():
+        allowed = f" {{{p.allowed}}}" if p.allowed else ""
+        default = json.dumps(p.default)
+        default = default if len(default) <= 80 else default[:77] + "..."
+        lines.append(f"  {name} ({p.kind or 'any'}) = {default}{allowed}")
+        lines += [f"      {p.help}"] if p.help else []
+    return "\n".join(lines)
 
 
 # -----------------------------------------------------------------------------

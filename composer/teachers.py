@@ -65,6 +65,7 @@ from genai_prices import Usage, calc_price
 from genai_prices.data_snapshot import get_snapshot
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer import tether
 from composer.models import tokenizer_dir
 from composer.serve import Prices, load_profiles
 
@@ -527,13 +528,22 @@ class Store:
         self.db.execute("UPDATE ledger SET usd = ?, status = ? WHERE id = ?", (usd, status, row))
 
     def totals(self) -> dict:
-        """Dollars and attempts by ledger status, for this run and for the whole file (every run so far)."""
+        """Dollars and attempts by ledger status, for this run and for the whole file (every run so far); how many
+        runs wrote to the file; and the calls that may have been billed more than once, with the extra dollars
+        at most (everything but each call's cheapest attempt)."""
         run = self.db.execute("SELECT status, SUM(usd), COUNT(*) FROM ledger WHERE run = ? GROUP BY status",
                               (self.run,)).fetchall()
         file = self.db.execute("SELECT status, SUM(usd), COUNT(*) FROM ledger GROUP BY status").fetchall()
+        # A call paid more than once: attempts of one request key that may each have been billed (an abandoned
+        # attempt retried, or answered but killed before its answer was stored and re-sent on resume).
+        calls, extra = self.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(extra), 0) FROM (SELECT key, SUM(usd) - MIN(usd) AS extra FROM ledger "
+            "WHERE status IN ('settled', 'unsettled', 'abandoned') GROUP BY key HAVING COUNT(*) > 1)").fetchone()
         return {"committed_usd": self.committed, "cap_usd": self.cap,
                 "run": {status: {"usd": usd, "attempts": n} for status, usd, n in run},
-                "file": {status: {"usd": usd, "attempts": n} for status, usd, n in file}}
+                "file": {status: {"usd": usd, "attempts": n} for status, usd, n in file},
+                "runs": self.db.execute("SELECT COUNT(DISTINCT run) FROM ledger").fetchone()[0],
+                "paid_more_than_once": {"calls": calls, "extra_usd_at_most": extra}}
 
     def close(self) -> None:
         self.db.close()
@@ -629,6 +639,25 @@ def api_key(spec: TeacherSpec) -> str:
                        f"{spec.base_url}); params only ever name the variable")
 
 
+# What providers put in place of the hidden middle of a key they echo: an ellipsis, dots, or a run of asterisks.
+_MASKED = re.compile(r"([A-Za-z0-9_-]*)(\.{3,}|…|\*{3,}|•{3,})([A-Za-z0-9_-]*)")
+
+
+def redact(text: str | None, key: str) -> str | None:
+    """`text` with the key and any echoed fragment of it replaced: the whole key anywhere, and a prefix or suffix of
+    at least 4 characters next to a mask (a 401 may say "Incorrect API key provided: sk-or-v1-abc1…wxyz")."""
+    if not text or not key:
+        return text
+
+    def fragments(m: re.Match) -> str:
+        before, mask, after = m.groups()
+        before = "[redacted]" if len(before) >= 4 and key.startswith(before) else before
+        after = "[redacted]" if len(after) >= 4 and key.endswith(after) else after
+        return before + mask + after
+
+    return _MASKED.sub(fragments, text.replace(key, "[redacted]"))
+
+
 class Teacher:
     """One spec's AsyncOpenAI client, with the store's cache, ledger and budget guard around every attempt."""
 
@@ -657,7 +686,7 @@ class Teacher:
             self.store.settle(call.open.pop(), 0.0, f"http {response.status_code}")
 
     def _redact(self, text: str | None) -> str | None:
-        return text.replace(self._key, "[redacted]") if text and self._key else text
+        return redact(text, self._key)
 
     async def ask(self, messages: list[dict], *, trace_id: str, step: int, sample: int = 0,
                   student_action: str | None = None, context: str = "full", cache: bool = True,
@@ -701,7 +730,7 @@ class Teacher:
         simulated = headers.get("x-composer-simulated") == "true"
         kind = message = None
         if failure is not None:
-            kind, message = _classify(failure)
+            kind, message = classify(failure)
         elif not isinstance(data, dict) or "error" in data or not data.get("choices"):
             # OpenRouter can answer 200 with an error object when the provider fails after routing.
             kind, message = "provider_error", json.dumps(data)[:500]
@@ -762,7 +791,7 @@ class Teacher:
         await self.client.close()
 
 
-def _classify(e: Exception) -> tuple[str, str]:
+def classify(e: Exception) -> tuple[str, str]:
     if isinstance(e, BudgetExceeded):
         return "budget", str(e)
     if isinstance(e, openai.APIStatusError):
@@ -815,7 +844,9 @@ def offline_teachers(specs: list[TeacherSpec], *, time_scale: float = 1.0, seed:
                    "--profiles", str(profiles_file)]
         for s in specs:
             command += ["--model", f"{s.model}={tokenizer}"]  # a model named like a profile in the file gets it
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        # Tied to this process: a killed kernel (ipykernel exits with os._exit when its CLI dies) skips the
+        # `finally` below, and the server would outlive the run.
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, preexec_fn=tether.tied())
         try:
             line = proc.stdout.readline()  # "serving NAMES at URL"
             if not line:

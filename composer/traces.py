@@ -14,6 +14,8 @@ Usage::
     by_trace = traces.group_traces(records)                  # {trace_id: [step 0, 1, ...]}, contiguity checked
 
     real = traces.import_real_traces()                       # the 23 shipped mini-swe-agent trajectories
+    records = traces.load_traces("runs/x/traces.jsonl")        # any source: "real", a run folder, a .traj.json,
+    records.skipped, records.sha256                          # a JSONL; what was left out and a content hash
     one = traces.import_mini_swe_agent(Path("x.traj.json"), resolved=True)
     traces.export_json_schema()                              # regenerates composer/schemas/trace.schema.json
 
@@ -28,6 +30,7 @@ same fields for readers outside Python, but cannot express two rules the models 
 numbers must be finite, and the per-token arrays of an action must have equal lengths.
 """
 
+import hashlib
 import json
 import os
 import warnings
@@ -412,10 +415,20 @@ def import_mini_swe_agent(path: Path, *, resolved: bool | None = None) -> list[S
     `resolved` (from the SWE-bench harness, not in the file) is given.
     """
     path = Path(path)
-    traj = json.loads(path.read_text(encoding="utf-8"))
-    if traj.get("trajectory_format") != "mini-swe-agent-1.1":
-        found = traj.get("trajectory_format")
+    try:
+        traj = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise TraceError(f"not a JSON trajectory ({e})" if path.stat().st_size else "an empty file", path) from None
+    if not isinstance(traj, dict) or traj.get("trajectory_format") != "mini-swe-agent-1.1":
+        found = traj.get("trajectory_format") if isinstance(traj, dict) else type(traj).__name__
         raise TraceError(f"unsupported trajectory_format {found!r} (this importer reads 'mini-swe-agent-1.1')", path)
+    try:
+        return _mini_swe_records(traj, path, resolved)
+    except (KeyError, TypeError, IndexError) as e:
+        raise TraceError(f"a mini-swe-agent-1.1 field is missing or malformed ({type(e).__name__}: {e})", path) from None
+
+
+def _mini_swe_records(traj: dict, path: Path, resolved: bool | None) -> list[StepRecord]:
     info = traj["info"]
     task_id = traj.get("instance_id") or path.name.removesuffix(".traj.json")
     exit_status = info["exit_status"]
@@ -500,28 +513,86 @@ def _mini_swe_action(reply: dict, path: Path, step: int) -> Action:
     return Action(text=text, tool_call=tool_call)
 
 
-def import_real_traces(directory=None) -> list[StepRecord]:
-    """The shipped mini-swe-agent run (default: real_traces_dir()/MINI_SWE_AGENT_RUN), one trace per
-    `.traj.json` in file-name order, with `resolved` from the SWE-bench harness report. The run's
-    exit_statuses_*.yaml must agree with each trajectory's own exit status."""
+class Imported(list):
+    """StepRecords from a traces source, with what was left out (`skipped`: {file, or file:line: reason}), the
+    sha256 of every file read in order (`sha256`: which traces a report used), and whether outcomes come from a
+    SWE-bench harness report (`outcomes_known`)."""
+
+    def __init__(self, records=(), *, skipped=None, sha256: str = "", outcomes_known: bool = True):
+        super().__init__(records)
+        self.skipped: dict[str, str] = skipped or {}
+        self.sha256, self.outcomes_known = sha256, outcomes_known
+
+
+def _sha256(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def import_real_traces(directory=None) -> Imported:
+    """A mini-swe-agent run folder (default: the shipped one, real_traces_dir()/MINI_SWE_AGENT_RUN): every
+    `.traj.json` in it or one level down (mini-swe-agent's own layout is <run>/<id>/<id>.traj.json), in file-name
+    order, one trace each, with `resolved` from the folder's SWE-bench harness report (swebench-eval-report.json)
+    when it has one, else unknown (None). A file that cannot be imported, or whose exit status disagrees with the
+    run's exit_statuses_*.yaml, is skipped and named in `skipped`; a folder with nothing importable raises."""
     directory = Path(directory) if directory is not None else real_traces_dir() / MINI_SWE_AGENT_RUN
     if not directory.is_dir():
         raise FileNotFoundError(f"real traces not found at {directory}: no such folder (the repository ships them in "
                                 f"data/real-traces/{MINI_SWE_AGENT_RUN}; pass another run's folder)")
-    report = json.loads((directory / "swebench-eval-report.json").read_text(encoding="utf-8"))
-    resolved_ids, unresolved_ids = set(report["resolved_ids"]), set(report["unresolved_ids"])
+    files = sorted([*directory.glob("*.traj.json"), *directory.glob("*/*.traj.json")], key=lambda p: p.name)
+    report_path = directory / "swebench-eval-report.json"
+    resolved_ids = unresolved_ids = set()
+    if report_path.exists():
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+            resolved_ids, unresolved_ids = set(report["resolved_ids"]), set(report["unresolved_ids"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise TraceError(f"not a SWE-bench harness report ({type(e).__name__}: {e})", report_path) from None
     statuses = _exit_statuses(directory)
-    records = []
-    for path in sorted(directory.glob("*.traj.json")):
+    out = Imported(sha256=_sha256(files + ([report_path] if report_path.exists() else [])),
+                   outcomes_known=report_path.exists())
+    for path in files:
         task_id = path.name.removesuffix(".traj.json")
         resolved = True if task_id in resolved_ids else False if task_id in unresolved_ids else None
-        steps = import_mini_swe_agent(path, resolved=resolved)
-        own = steps[-1].outcome["exit_status"]
-        if statuses.get(task_id, own) != own:
-            raise TraceError(f"exit status {own!r}, but the run's exit_statuses yaml says {statuses[task_id]!r}",
-                             path)
-        records += steps
-    return records
+        try:
+            steps = import_mini_swe_agent(path, resolved=resolved)
+            own = steps[-1].outcome["exit_status"]
+            if statuses.get(task_id, own) != own:
+                raise TraceError(f"exit status {own!r}, but the run's exit_statuses yaml says {statuses[task_id]!r}",
+                                 path)
+        except TraceError as e:
+            out.skipped[str(path)] = e.reason
+            continue
+        out += steps
+    if not out:
+        why = "; ".join(f"{Path(f).name}: {reason}" for f, reason in out.skipped.items()) or "no .traj.json files"
+        raise TraceError(f"no trace could be imported ({why})", directory)
+    return out
+
+
+def load_traces(source) -> Imported:
+    """The records of any traces source: "real" (the shipped run), a mini-swe-agent run folder, one `.traj.json`,
+    or one of our JSONL trace files (bad lines skipped and named). Nothing usable raises TraceError naming it."""
+    if source == "real":
+        return import_real_traces()
+    path = Path(source)
+    if path.is_dir():
+        return import_real_traces(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"traces not found at {path}: expected \"real\", a mini-swe-agent run folder, a "
+                                ".traj.json or a traces JSONL file")
+    if path.name.endswith(".traj.json"):
+        return Imported(import_mini_swe_agent(path), sha256=_sha256([path]), outcomes_known=False)
+    reader = read_traces(path, on_error="collect")
+    out = Imported(reader, sha256=_sha256([path]))
+    out.skipped = {f"{p.path}:{p.lineno}": p.reason for p in reader.problems}
+    if not out:
+        raise TraceError(f"no trace records ({len(out.skipped)} unreadable lines"
+                         + (f"; the first: {next(iter(out.skipped.values()))}" if out.skipped else "; the file is empty")
+                         + ")", path)
+    return out
 
 
 def _exit_statuses(directory: Path) -> dict[str, str]:

@@ -5,13 +5,24 @@ hand-computed expectations (rliable style).
 """
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import math
+import random
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from composer import pairs, replay, stats
+from composer.paths import ROOT
 from composer.teachers import OTHER, TeacherQuery, canonical_tool_call
 from composer.traces import SCHEMA_VERSION, Action, State, StepRecord, ToolCall
 
@@ -458,45 +469,196 @@ def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monk
     assert [(q.step, q.sample, q.distribution) for q in kept] == [(0, 0, {VIEW: 1.0}), (0, 1, {VIEW: 1.0})]
 
 
-def test_query_policy_teachers_resumes_from_what_a_killed_run_wrote(tmp_path, monkeypatch, capsys):
-    import openai
+@contextlib.contextmanager
+def counting_server(ignore_n=()):
+    """A loopback OpenAI-compatible endpoint that logs the body of every request it gets (a paid provider bills
+    each) and answers, after a short delay, each choice with a bash call naming the body's seed and the choice's
+    index; models in ignore_n get one choice whatever n asks (OpenRouter's way). On leaving, every request that
+    reached it is in the log (its handler threads are joined)."""
+    sent: list[dict] = []
+    lock = threading.Lock()
 
-    from composer.models import tiny_model
-    from composer.serve import serve
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers["content-length"]))
+            body = json.loads(raw)
+            with lock:
+                sent.append(body)
+            time.sleep(0.02 + int(hashlib.sha256(raw).hexdigest()[:4], 16) % 40 / 1000)
+            n = 1 if body["model"] in ignore_n else body.get("n", 1)
+            calls = [{"id": f"call_{i}", "type": "function", "function": {
+                "name": "bash", "arguments": json.dumps({"command": f"echo {body['seed']}-{i}"})}} for i in range(n)]
+            choices = [{"index": i, "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call]}}
+                       for i, call in enumerate(calls)]
+            answer = json.dumps({"id": "x", "object": "chat.completion", "model": body["model"], "choices": choices,
+                                 "usage": {"prompt_tokens": 10, "completion_tokens": 5 * n}}).encode()
+            with contextlib.suppress(OSError):  # the client was killed while it waited
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
 
-    call = '<tool_call>\n{"name": "view", "arguments": {"path": "a.py"}}\n</tool_call>'
-    steps = [StepRecord(schema_version=SCHEMA_VERSION, trace_id="E", step=i,
-                        state=State(messages=[{"role": "user", "content": call + " " * i}]),
-                        action=Action(text="x", tool_call=ToolCall(name="view", arguments={"path": "a.py"})),
-                        observation=None, reward=None, done=False, truncated=False, source="test") for i in range(3)]
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = False  # server_close() joins the handlers
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", sent
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def sample_counts(records):
+    return Counter((q.trace_id, q.step, q.teacher, q.sample) for q in records)
+
+
+def test_query_policy_teachers_asks_for_each_sample_an_endpoint_ignoring_n_left_out(tmp_path, capsys):
+    by_trace = {"A": [step("A", t, 2, "ls") for t in range(2)]}
     path = tmp_path / "q.jsonl"
-    with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
-        endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a", "revision": "v1"}}
-        first = asyncio.run(pairs.query_policy_teachers({"E": steps}, endpoints, path, k=2))
-        lines = path.read_text().splitlines()
-        path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])  # steps 0-1 whole, step 2 torn mid-line
-        posted = []
-        real_post = openai.AsyncOpenAI.post
+    with counting_server(ignore_n={"deaf"}) as (url, sent):
+        endpoints = {name: {"base_url": url, "model": name} for name in ("honest", "deaf")}
+        records = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
+        assert "endpoint 'deaf' ignored n (asked for 3 samples, got 1)" in capsys.readouterr().out
+        assert Counter((b["model"], b["n"]) for b in sent) == {("honest", 3): 2, ("deaf", 3): 2, ("deaf", 1): 4}
+        assert pairs.ignored_n(records) == ["deaf"]
+        for t in range(2):
+            honest, deaf = ([q for q in records if q.teacher == name and q.step == t] for name in ("honest", "deaf"))
+            assert [next(iter(q.distribution)) for q in honest] == [f"echo {10 + t}-{i}" for i in range(3)]
+            assert [next(iter(q.distribution)) for q in deaf] == [f"echo {10 + t + i}-0" for i in range(3)]
+            assert len({q.request_key for q in honest}) == 1 and len({q.request_key for q in deaf}) == 3
+            assert [q.prompt_tokens for q in deaf] == [10] * 3  # each request's usage, once
+        sent.clear()
+        again = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
+    assert sent == [] and all(q.cached for q in again)  # every request answered from the store
+    assert [q.model_copy(update={"cached": False}) for q in again] == records
+    assert pairs.ignored_n(again) == ["deaf"]
+    assert replay.read_queries(path) == again and set(sample_counts(again).values()) == {1}
 
-        async def counting_post(self, *args, **kwargs):
-            posted.append(kwargs["body"]["messages"][-1]["content"])
-            return await real_post(self, *args, **kwargs)
 
-        monkeypatch.setattr(openai.AsyncOpenAI, "post", counting_post)
-        again = asyncio.run(pairs.query_policy_teachers({"E": steps}, endpoints, path, k=2))
-        assert posted == [steps[2].state.messages[-1]["content"]]  # only the step the kill cut was asked again
-        assert "torn last line" in capsys.readouterr().err
-        assert [q.model_dump(exclude={"latency_s"}) for q in again] == [q.model_dump(exclude={"latency_s"})
-                                                                        for q in first]  # step 2's was re-measured
-        assert again[:4] == first[:4]  # reused as they were
-        assert replay.read_queries(path) == again
-        posted.clear()  # another checkpoint behind the same name: nothing is reused
-        asyncio.run(pairs.query_policy_teachers({"E": steps}, {"teacher-a": {**endpoints["teacher-a"], "revision": "v2"}},
+def test_query_policy_teachers_resumes_from_its_store(tmp_path):
+    by_trace = {"E": [step("E", t, 3, "ls") for t in range(3)]}
+    path = tmp_path / "q.jsonl"
+    with counting_server() as (url, sent):
+        endpoints = {"teacher-a": {"base_url": url, "model": "teacher-a", "revision": "v1"}}
+        first = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=2))
+        # a kill after step 2 was answered and before it was stored, which also tore the file's last line
+        db = sqlite3.connect(tmp_path / replay.STORE_FILE)
+        db.execute("DELETE FROM answers WHERE key = ?", (first[-1].request_key,))
+        db.commit()
+        db.close()
+        path.write_text(path.read_text()[:-30])
+        sent.clear()
+        again = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=2))
+        assert [b["seed"] for b in sent] == [2]  # only the request whose answer was not stored
+        assert [q.cached for q in again] == [True] * 4 + [False] * 2
+        assert [q.model_dump(exclude={"cached", "latency_s"}) for q in again] == [
+            q.model_dump(exclude={"cached", "latency_s"}) for q in first]
+        assert again[:4] == [q.model_copy(update={"cached": True}) for q in first[:4]]  # reused as they were
+        assert replay.read_queries(path) == again  # afresh: each sample once
+        sent.clear()  # another checkpoint behind the same name: nothing is reused
+        asyncio.run(pairs.query_policy_teachers(by_trace, {"teacher-a": {**endpoints["teacher-a"], "revision": "v2"}},
                                                 path, k=2))
-        assert len(posted) == 3
-        path.write_text("not json\n" + path.read_text())  # a bad line that is not the last: bad input, named
-        with pytest.raises(ValueError, match="q.jsonl:1:"):
-            asyncio.run(pairs.query_policy_teachers({"E": steps}, endpoints, path, k=2))
+        assert len(sent) == 3
+        sent.clear()
+        fresh = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=2, resume=False))
+        assert len(sent) == 3 and not any(q.cached for q in fresh)
+
+
+KILLABLE_RUNS = """
+import asyncio, os, signal, sys, time, traceback
+from composer import pairs
+from composer.traces import StepRecord
+
+by_trace = {}
+for line in open(sys.argv[1]):
+    record = StepRecord.model_validate_json(line)
+    by_trace.setdefault(record.trace_id, []).append(record)
+print("ready", flush=True)
+for url in iter(sys.stdin.readline, ""):  # a run against the server at URL, killed when a line says so
+    url = url.strip()
+    pid = os.fork()  # everything is imported already: the run starts at once
+    if pid == 0:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        try:
+            endpoints = {name: {"base_url": url, "model": name, "revision": "r1"} for name in ("honest", "deaf")}
+            asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, sys.argv[2], k=3))
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    print("started", flush=True)
+    sys.stdin.readline()
+    os.kill(pid, signal.SIGKILL)  # not reaped yet, so this pid is still the run's, finished or not
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)  # -9: killed
+"""
+
+
+def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_answer(tmp_path):
+    """kill -9 at seeded random moments, then resume: no request whose answer was stored is sent again (what
+    was in flight at a kill may be), and the last run's file holds every planned sample once."""
+    by_trace = {tid: [step(tid, t, 5, "ls", history=tid) for t in range(5)] for tid in ("A", "B")}
+    traces_file, path, store = tmp_path / "traces.jsonl", tmp_path / "q.jsonl", tmp_path / replay.STORE_FILE
+    traces_file.write_text("".join(r.model_dump_json() + "\n" for rs in by_trace.values() for r in rs))
+
+    def key(body):
+        return pairs.policy_request_key(body["model"], "r1", body)
+
+    def stored():
+        if not store.exists():
+            return set()
+        db = sqlite3.connect(store)
+        try:
+            return {k for (k,) in db.execute("SELECT key FROM answers")}
+        finally:
+            db.close()
+
+    requests = 2 * 5 * (1 + 3)  # per step: one to the endpoint honouring n, three to the one ignoring it
+    rng = random.Random(3)
+    repaid, sent_ever, outcomes = [], [], []
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE_RUNS, str(traces_file), str(path)], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        while len(outcomes) < 6 and requests - len(before := stored()) > 1:
+            # a random point: after a random number of requests have arrived, and a random delay more (in flight,
+            # answered but not yet stored, stored but not yet written, ...); a loaded machine only slows it down
+            arrived = rng.randint(1, min(10, requests - len(before) - 1))
+            with counting_server(ignore_n={"deaf"}) as (url, sent):
+                proc.stdin.write(url + "\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline() == "started\n"
+                deadline = time.monotonic() + 30
+                while len(sent) < arrived and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                time.sleep(rng.uniform(0, 0.08))
+                proc.stdin.write("kill\n")
+                proc.stdin.flush()
+                outcomes.append(int(proc.stdout.readline()))
+            repaid += [key(b) for b in sent if key(b) in before]
+            sent_ever += sent
+    finally:
+        proc.kill()
+        proc.wait()
+    assert outcomes.count(-9) >= 4, outcomes
+    before = stored()
+    with counting_server(ignore_n={"deaf"}) as (url, sent):
+        endpoints = {name: {"base_url": url, "model": name, "revision": "r1"} for name in ("honest", "deaf")}
+        records = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=3))
+    repaid += [key(b) for b in sent if key(b) in before]
+    sent_ever += sent
+    assert repaid == []  # 0 re-paid stored answers
+    planned = {(tid, t, name, i) for tid in by_trace for t in range(5) for name in ("honest", "deaf") for i in range(3)}
+    for got in (records, replay.read_queries(path)):
+        counts = sample_counts(got)
+        assert set(counts) == planned and set(counts.values()) == {1}
+    assert not any(q.error_kind for q in records) and pairs.ignored_n(records) == ["deaf"]
+    assert stored() == {q.request_key for q in records} <= {key(b) for b in sent_ever}  # the test's keys are right
+    assert any(q.cached for q in records) and {q.request_key for q in records if q.cached} == before
 
 
 def test_embedded_traces():
@@ -568,3 +730,15 @@ def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
         env.close()
     swapped = pairs.shuffled_pairs(rows, seed=1)  # no teacher votes: the control still swaps
     assert all({s["chosen"], s["rejected"]} == {r["chosen"], r["rejected"]} for s, r in zip(swapped, rows))
+
+
+def test_query_policy_teachers_refuses_zero_concurrency_and_a_busy_folder(tmp_path):
+    from composer.lock import RunDirBusy, run_lock
+
+    steps = {"t": pairs.embedded_traces(1)[:1]}
+    endpoints = {"a": {"base_url": "http://127.0.0.1:9/v1", "model": "a"}}
+    with pytest.raises(ValueError, match="concurrency must be >= 1, got 0"):
+        asyncio.run(asyncio.wait_for(pairs.query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl", concurrency=0), 10))
+    with run_lock(tmp_path), pytest.raises(RunDirBusy, match="in use by another run"):
+        asyncio.run(pairs.query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl"))
+    assert not (tmp_path / "q.jsonl").exists()

@@ -10,7 +10,9 @@ consistent with the records, and the budget cap unbroken.
 import asyncio
 import json
 import math
+import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -51,8 +53,6 @@ def simulated(tokenizer, **profile):
 
 
 def ledger_rows(store_path):
-    import sqlite3
-
     with sqlite3.connect(store_path) as db:
         return db.execute("SELECT key, status, usd, worst FROM ledger").fetchall()
 
@@ -122,6 +122,13 @@ def test_payment_required_stops_the_run(tokenizer, key, tmp_path):
     assert [r[1] for r in ledger_rows(result.store_path)] == ["http 402"]  # 402 is not retried
 
 
+def test_concurrency_zero_is_refused_not_a_hang(key, tmp_path):
+    # Zero slots: every call would wait forever for one (the timeout turns that hang into a failure).
+    run = replay.replay(synthetic_traces(1, 2), specs("http://127.0.0.1:9/v1"), tmp_path, concurrency=0)
+    with pytest.raises(ValueError, match="concurrency must be >= 1, got 0"):
+        asyncio.run(asyncio.wait_for(run, timeout=10))
+
+
 def test_budget_cap_stops_cleanly_and_is_never_exceeded(tokenizer, key, tmp_path):
     traces = synthetic_traces(2, 6)
     with simulated(tokenizer) as server:
@@ -137,7 +144,7 @@ def test_budget_cap_stops_cleanly_and_is_never_exceeded(tokenizer, key, tmp_path
     check_accounts(result, cap)
 
 
-def test_resume_after_kill_pays_each_answer_once(tokenizer, key, tmp_path):
+def test_resume_after_kills_at_random_points_never_repays_a_stored_answer(tokenizer, key, tmp_path):
     traces = synthetic_traces(3, 6)
     script = """
 import asyncio, sys
@@ -147,26 +154,45 @@ from composer.teachers import TeacherSpec
 spec = TeacherSpec(name="t", model="openai/gpt-5", base_url=sys.argv[1], api_key_env="COMPOSER_TEST_KEY")
 asyncio.run(replay.replay(synthetic_traces(3, 6), [spec], sys.argv[2], budget_usd=5.0))
 """
+    queries, store = tmp_path / replay.QUERIES_FILE, tmp_path / replay.STORE_FILE
+
+    def stored() -> int:
+        if not store.exists():
+            return 0
+        with sqlite3.connect(store) as db:  # WAL: readable while the run writes
+            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+
+    rng = random.Random(0)
     with simulated(tokenizer, latency={"ttft_median_s": 0.15}) as server:
-        proc = subprocess.Popen([sys.executable, "-c", script, server.base_url, str(tmp_path)], cwd=ROOT,
-                                stderr=subprocess.DEVNULL)
-        queries = tmp_path / replay.QUERIES_FILE
-        deadline = time.time() + 60
-        while time.time() < deadline and (not queries.exists() or queries.read_text().count("\n") < 5):
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        for _ in range(3):  # each run killed after 1-4 new answers, with a random delay on top
+            target = stored() + rng.randint(1, 4)
+            proc = subprocess.Popen([sys.executable, "-c", script, server.base_url, str(tmp_path)], cwd=ROOT,
+                                    stderr=subprocess.DEVNULL)
+            deadline = time.time() + 60
+            while time.time() < deadline and proc.poll() is None and stored() < target:
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0, 0.1))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
         before = replay.read_queries(queries)
-        assert 5 <= len(before) < 18, "kill it mid-run"
+        assert stored() < 18, "the last kill came mid-run"
         result = asyncio.run(replay.replay(traces, specs(server.base_url), tmp_path, budget_usd=5.0))
-    assert result.complete and len(result.records) == 18
-    cached = {q.request_key for q in result.records if q.cached}
-    assert {q.request_key for q in before} <= cached  # every answer written before the kill: not sent again
+    assert result.complete and len(result.records) == 18 and result.ledger["runs"] == 4
+    assert {q.request_key for q in before if q.error_kind is None} <= {q.request_key for q in result.records if q.cached}
+    with sqlite3.connect(result.store_path) as db:
+        stored = db.execute("SELECT key, created FROM answers").fetchall()
+        sent = db.execute("SELECT run, key, at FROM ledger ORDER BY id").fetchall()
+    for run_id in dict.fromkeys(r for r, _, _ in sent):  # each run, in order: nothing it sent was stored before it
+        began = min(at for r, _, at in sent if r == run_id)
+        assert not {k for r, k, _ in sent if r == run_id} & {k for k, created in stored if created < began}
     rows = ledger_rows(result.store_path)
     settled = Counter(k for k, status, _, _ in rows if status == "settled")
     assert sorted(settled) == sorted(q.request_key for q in result.records) and set(settled.values()) == {1}
-    # attempts in flight at the kill may have been billed: they stay at their worst case
+    # attempts in flight at a kill may have been billed: they stay at their worst case, and the report says so
+    abandoned = {k for k, status, _, _ in rows if status == "abandoned"}
     assert all(usd == worst for _, status, usd, worst in rows if status == "abandoned")
+    assert result.ledger["paid_more_than_once"]["calls"] == len(abandoned)
+    assert (replay.resume_note(result.ledger) or "").startswith(f"resumed: the store holds 4 runs; {len(abandoned)} calls")
 
 
 def test_api_key_is_written_nowhere(tokenizer, key, tmp_path):
@@ -287,3 +313,23 @@ def test_calibration_on_the_real_traces():
     by_trace = traces.group_traces(traces.import_real_traces())
     c = replay.calibrate_tokenizer(dict(list(by_trace.items())[:3]))
     assert c["steps"] > 100 and 1.0 < c["ratio_of_sums"] < 1.5 and math.isfinite(c["fit_slope"])
+
+
+@pytest.mark.parametrize("errors", [{"server_error": 1.0}, {}])
+def test_a_live_run_decides_only_on_answered_calls(tokenizer, key, tmp_path, errors):
+    """Every call failing costs $0 and returns at once: without a minimum answered share that passed both gates."""
+    with simulated(tokenizer, errors=errors) as server:
+        teacher = {"name": "t", "model": "openai/gpt-5", "base_url": server.base_url, "api_key_env": "COMPOSER_TEST_KEY",
+                   "max_retries": 0, "expected_output_tokens": 100}
+        code = run.run("001", reports_dir=tmp_path, overrides={"backend": "live", "teachers": [teacher], "max_traces": 2,
+                                                               "steps_per_trace": 2, "run_dir": str(tmp_path / "run")})
+    assert code == 0
+    results = json.loads((tmp_path / "001-teacher-replay-cost.json").read_text())
+    assert results["metrics"]["replay"]["calls"] == 4
+    whys = [c.get("undecided_why") for c in results["criteria"]]
+    if errors:
+        assert results["verdict"] == "INCONCLUSIVE"
+        assert whys == ["0 of 4 replay calls answered, below the stated minimum of 90%"] * 2
+        assert results["metrics"]["replay"]["error_rate_by_teacher"]["t"]["estimate"] == 1.0
+    else:
+        assert whys == [None, None] and results["metrics"]["replay"]["error_rate_by_teacher"]["t"]["estimate"] == 0.0

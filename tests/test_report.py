@@ -252,3 +252,15 @@ def test_a_criterion_with_a_null_passes_on_its_estimate_and_an_interval_beyond_t
     line = report._criterion_line({"name": "d", "estimate": 0.03, "ci_low": 0.001, "ci_high": 0.06,
                                    "comparator": ">=", "threshold": 0.02, "null": 0.0, "passed": True})
     assert line.endswith(">= 0.02 (interval beyond 0): pass")
+
+
+def test_a_criterion_short_of_its_stated_minimum_is_undecided_and_says_why(capsys):
+    why = report.short_of(0, 12, 0.9, "calls answered")
+    assert why == "0 of 12 calls answered, below the stated minimum of 90%"
+    assert report.short_of(11, 12, 0.9, "calls answered") is None and report.short_of(10, 12, 0.9, "x") is not None
+    assert report.short_of(0, 0, 0.9, "calls answered") == "0 of 0 calls answered, below the stated minimum of 90%"
+    cost = Criterion("$/trace", threshold=5, comparator="<", estimate=0.0, undecided_why=why)  # all calls failed: $0
+    assert cost.status == "undecided" and Criterion("$/trace", threshold=5, comparator="<", estimate=0.0).passed
+    r = _record(criteria=[cost])
+    assert r["verdict"] == "INCONCLUSIVE" and r["criteria"][0]["undecided_why"] == why
+    assert f"undecided ({why})" in capsys.readouterr().out

@@ -10,6 +10,7 @@ need no kernel call effective_parameters/select directly.
 import contextlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,13 @@ def test_json_is_the_recorded_results_with_effective_params(tiny):
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        ({"stepz": 3}, ["unknown parameter 'stepz'", "valid: steps, scale"]),
+        ({"stepz": 3}, ["unknown parameter 'stepz'", "did you mean 'steps'?"]),
+        ({"xyzzy": 3}, ["unknown parameter 'xyzzy'", "valid: steps, scale"]),
+        ({"steps": 0}, ["'steps'", "must be at least 1", "got 0"]),
+        ({"scale": 0}, ["'scale'", "must be more than 0, at most 10", "got 0"]),
+        ({"scale": 11.5}, ["'scale'", "must be more than 0, at most 10", "got 11.5"]),
+        ({"teachers": []}, ["'teachers'", "must be non-empty", "got []"]),
+        ({"backend": "livee"}, ["'backend'", "must be offline | live", "got 'livee'"]),
         ({"steps": "five"}, ["'steps'", "expects int", "got str"]),
         ({"steps": True}, ["'steps'", "expects int", "got bool"]),
         ({"teachers": "a"}, ["'teachers'", "expects list"]),
@@ -116,6 +123,30 @@ def test_types_follow_defaults_and_annotations(tmp_path):
     assert check(ratio=0.5, names=["a"], maybe="anything") == {"ratio": 0.5, "names": ["a"], "maybe": "anything"}
     with pytest.raises(run.UsageError, match="'names' of 005-tiny expects list"):
         check(names="a")
+
+
+@pytest.mark.parametrize("line, words", [
+    ("steps = 0  # {at least 1} how many", "steps's default 0 is not at least 1"),
+    ("steps = 1  # {more than 0, at most 2} how many\nscale = 2  # a >= b", "parameter line 'scale = 2  # a >= b'"),
+    ("steps = 3  # {1 or more} how many", "{1 or more} is not an allowed-values clause"),
+])
+def test_a_notebook_whose_clause_is_broken_or_refuses_its_default_is_refused(tmp_path, line, words):
+    notebooks = _notebooks(tmp_path, "005-tiny")
+    nb = nbformat.read(notebooks / "005-tiny.ipynb", as_version=4)
+    nb.cells[1].source = line + "\n"
+    nbformat.write(nb, notebooks / "005-tiny.ipynb")
+    with pytest.raises(run.UsageError, match=re.escape(words)):
+        run.effective_parameters("005-tiny", notebooks_dir=notebooks)
+
+
+def test_every_spike_declares_typed_parameters_whose_defaults_meet_their_clauses():
+    for slug in run.slugs():
+        spec = run.notebook_parameters(run.NOTEBOOKS / f"{slug}.ipynb")  # refuses a default outside its clause
+        untyped = [name for name, p in spec.items() if p.kind is None and p.default is not None]
+        assert not untyped, f"{slug}: parameters without a type: {untyped}"
+        assert spec["backend"].allowed == "offline | live", slug
+        for profile in run.PROFILES:  # the shipped profiles' values meet the clauses too
+            run.effective_parameters(slug, profile=profile)
 
 
 def test_non_literal_default_refused(tmp_path):
@@ -240,6 +271,23 @@ def test_help_documents_run(capsys):
     assert e.value.code == 0
     for word in ["--profile", "NAME=VALUE", "--params-file", "--reports-dir", "--notebooks-dir", "executed.ipynb", "exit status", "005, 001, 002a"]:
         assert word in text
+
+
+def test_help_lists_spikes_benches_and_a_spikes_typed_parameters(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    listed = capsys.readouterr().out + "\n"
+    assert all(f"  {slug}\n" in listed for slug in run.slugs())
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    assert "  trainer    ComposerTrainer's overhead" in capsys.readouterr().out
+    notebooks = _notebooks(tmp_path, "005-tiny")
+    assert cli.main(["run", "005", "--help", "--notebooks-dir", str(notebooks)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("005-tiny: Tiny spike\n")
+    assert "  steps (int) = 3 {at least 1}\n      how many integers to sum\n" in text
+    assert '  backend (str) = "offline" {offline | live}\n' in text and "  limit (any) = null\n" in text
+    assert cli.main(["run", "nope", "-h"]) == 2 and "unknown spike 'nope'" in capsys.readouterr().err
 
 
 def test_p_needs_name_equals_value(capsys):

@@ -7,7 +7,11 @@ for each test: it answers with the last user message, so a test controls the ans
 """
 
 import asyncio
+import contextlib
+import json
 import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from genai_prices import Usage, calc_price
@@ -215,6 +219,20 @@ def test_store_reserve_settle_and_cap(tmp_path):
     assert b
 
 
+def test_store_counts_calls_paid_more_than_once(tmp_path):
+    store = Store(tmp_path / "s.sqlite", cap_usd=10.0)
+    store.settle(store.reserve("once", 0, 0.5), 0.1, "settled")
+    store.settle(store.reserve("refused", 0, 0.5), 0.0, "http 500")  # an error response bills nothing
+    store.settle(store.reserve("refused", 1, 0.5), 0.2, "settled")
+    store.reserve("killed", 0, 0.5)  # answered by the provider, but the run died before storing it
+    store.close()
+    resumed = Store(tmp_path / "s.sqlite", cap_usd=10.0)
+    resumed.settle(resumed.reserve("killed", 0, 0.5), 0.1, "settled")  # sent again on resume
+    totals = resumed.totals()
+    assert totals["runs"] == 2
+    assert totals["paid_more_than_once"] == {"calls": 1, "extra_usd_at_most": pytest.approx(0.5)}
+
+
 def test_budget_refuses_before_sending_and_resume_pays_nothing(tokenizer, monkeypatch, tmp_path):
     monkeypatch.setenv("COMPOSER_TEST_KEY", "sk-local-test")
     with serve(models={"openai/gpt-5": tokenizer}, profiles={"openai/gpt-5": {"prices": GPT5_PRICES}},
@@ -289,14 +307,66 @@ def test_request_body_pins_the_provider_and_marks_cache_breakpoints():
 
 
 def test_the_notebook_defaults_are_the_default_teachers():
-    import ast
-
-    import nbformat
-
+    from composer import run
     from composer.paths import NOTEBOOKS
 
-    nb = nbformat.read(NOTEBOOKS / "001-teacher-replay-cost.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    values = {s.targets[0].id: ast.literal_eval(s.value) for s in ast.parse(cell.source).body}
+    values = {name: p.default for name, p in run.notebook_parameters(NOTEBOOKS / "001-teacher-replay-cost.ipynb").items()}
     assert values["teachers"] == teachers.DEFAULT_TEACHERS
     assert all(TeacherSpec(**d).api_key_env == "OPENROUTER_API_KEY" for d in values["teachers"])
+
+
+# -------------------------------------------------------------------------------------------------------------
+# Keys echoed back
+
+
+KEY = "sk-or-v1-canary-" + "c0ffee" * 8
+ECHOES = [lambda k: f"Incorrect API key provided: {k[:12]}…{k[-4:]}", lambda k: f"key {k[:8]}***{k[-6:]} is invalid",
+          lambda k: f"No auth credentials found for {k[:15]}...", lambda k: f"bad key ({k[:5]}•••{k[-5:]})",
+          lambda k: f"the whole key: {k}"]
+
+
+@contextlib.contextmanager
+def echoing_401(message):
+    """A loopback endpoint that refuses every call with a 401 whose message echoes (part of) the caller's key."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            key = self.headers["authorization"].removeprefix("Bearer ")
+            body = json.dumps({"error": {"message": message(key), "code": 401}}).encode()
+            self.send_response(401)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("echo", ECHOES)
+def test_echoed_fragments_of_the_key_are_redacted(monkeypatch, tmp_path, echo):
+    monkeypatch.setenv("COMPOSER_TEST_KEY", KEY)
+    with echoing_401(echo) as base_url:
+        teacher = Teacher(spec(base_url), Store(tmp_path / "s.sqlite", cap_usd=1.0))
+        query = asyncio.run(ask(teacher, "x"))
+    assert query.error_kind == "auth" and "[redacted]" in query.error
+    line = query.model_dump_json()
+    kept = [KEY[:n] for n in range(4, len(KEY) + 1) if KEY[:n] + "…" in line or KEY[:n] + "*" in line
+            or KEY[:n] + "." in line or KEY[:n] + "•" in line]
+    kept += [KEY[-n:] for n in range(4, len(KEY) + 1) if "…" + KEY[-n:] in line or "*" + KEY[-n:] in line
+             or "•" + KEY[-n:] in line]
+    assert not kept and KEY not in line, line
+
+
+def test_redact_keeps_what_is_not_the_key():
+    assert teachers.redact("wait... sk-other***abcd and ...", KEY) == "wait... sk-other***abcd and ..."
+    assert teachers.redact("sk-or-v1-xyz***ffee", KEY) == "sk-or-v1-xyz***[redacted]"  # a suffix alone is enough
+    assert teachers.redact(None, KEY) is None and teachers.redact("a key", "") == "a key"

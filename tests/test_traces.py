@@ -410,3 +410,52 @@ def test_exit_status_yaml_must_agree(run_dir, tmp_path):
     (tmp_path / "exit_statuses_200.0.yaml").write_text(f"instances_by_exit_status:\n  Submitted:\n  - {name}\n")
     steps = traces.import_real_traces(tmp_path)
     assert steps[-1].outcome == {**steps[-1].outcome, "resolved": True, "exit_status": "Submitted"}
+
+
+def test_import_keeps_going_past_bad_files_naming_each(run_dir, tmp_path):
+    good = ["marshmallow-code__marshmallow-1343", "marshmallow-code__marshmallow-1359"]
+    for name in good:
+        (tmp_path / name).mkdir()  # mini-swe-agent's own layout: <run>/<id>/<id>.traj.json
+        shutil.copy(run_dir / f"{name}.traj.json", tmp_path / name)
+    (tmp_path / "aaa-empty.traj.json").write_text("")
+    (tmp_path / "bbb-torn.traj.json").write_text('{"trajectory_format": "mini-swe-agent-1.1", "messa')
+    (tmp_path / "ccc-no-info.traj.json").write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1",
+                                                                "messages": []}))
+    records = traces.import_real_traces(tmp_path)
+    assert sorted({r.trace_id for r in records}) == good
+    assert not records.outcomes_known and all(r.outcome["resolved"] is None for r in records if r.done)
+    reasons = {Path(f).name: why for f, why in records.skipped.items()}
+    assert reasons["aaa-empty.traj.json"] == "an empty file"
+    assert reasons["bbb-torn.traj.json"].startswith("not a JSON trajectory (Unterminated string")
+    assert reasons["ccc-no-info.traj.json"] == "a mini-swe-agent-1.1 field is missing or malformed (KeyError: 'info')"
+    shutil.copy(run_dir / "swebench-eval-report.json", tmp_path)  # with the harness report: outcomes known
+    again = traces.import_real_traces(tmp_path)
+    assert again.outcomes_known and {r.outcome["resolved"] for r in again if r.done} <= {True, False}
+    assert again.sha256 != records.sha256 and again.sha256 == traces.import_real_traces(tmp_path).sha256
+
+
+def test_a_folder_with_nothing_importable_names_its_files(tmp_path):
+    (tmp_path / "x.traj.json").write_text("[]")
+    with pytest.raises(TraceError, match=r"no trace could be imported \(x.traj.json: unsupported trajectory_format 'list'"):
+        traces.import_real_traces(tmp_path)
+    (tmp_path / "x.traj.json").unlink()
+    with pytest.raises(TraceError, match="no .traj.json files"):
+        traces.import_real_traces(tmp_path)
+
+
+def test_load_traces_reads_every_kind_of_source(run_dir, tmp_path):
+    one = traces.load_traces(run_dir / "marshmallow-code__marshmallow-1343.traj.json")
+    assert {r.trace_id for r in one} == {"marshmallow-code__marshmallow-1343"} and not one.outcomes_known
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_bytes(b"".join(r.model_dump_json().encode() + b"\n" for r in one[:3]) + b"not json\n")
+    loaded = traces.load_traces(jsonl)
+    assert loaded == one[:3] and list(loaded.skipped) == [f"{jsonl}:4"] and len(loaded.sha256) == 64
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(TraceError, match=r"empty.jsonl: no trace records \(0 unreadable lines; the file is empty\)"):
+        traces.load_traces(tmp_path / "empty.jsonl")
+    (tmp_path / "bad.jsonl").write_text("{}\n")
+    with pytest.raises(TraceError, match=r"bad.jsonl: no trace records \(1 unreadable lines; the first: "):
+        traces.load_traces(tmp_path / "bad.jsonl")
+    with pytest.raises(FileNotFoundError, match="traces not found at .*nowhere: expected \"real\""):
+        traces.load_traces(tmp_path / "nowhere")
+    assert len(traces.load_traces("real")) == len(traces.import_real_traces())

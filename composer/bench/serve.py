@@ -34,6 +34,7 @@ import numpy as np
 import openai
 import psutil
 
+from composer import tether
 from composer.models import tiny_model
 
 TARGET_REQUESTS_PER_S = 200
@@ -44,7 +45,8 @@ KEY = "sk-local-unused"
 def _server(*args: str):
     """A `python -m composer.serve` process; yields its base URL (the last word of its first stdout line) and
     the process, whose CPU time is read around the timed part."""
-    proc = subprocess.Popen([sys.executable, "-m", "composer.serve", *args], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "composer.serve", *args], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=tether.tied())  # a killed benchmark leaves no server behind
     try:
         line = proc.stdout.readline()
         if not line:
