@@ -39,6 +39,7 @@ import random
 import resource
 import shutil
 import time
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,6 +272,14 @@ def _evaluate(plan: Plan, job: dict, model: Path) -> dict:
             "submitted": sum(r[3]["submitted"] for r in runs)}
 
 
+def _worker_init(parent: int, filters: list) -> None:
+    """A spawned job worker: tied to its parent (else a job trains on for minutes after a killed run,
+    composer.tether), and with its parent's warning filters (a notebook's report.quiet() would not reach it, and
+    each worker would print library deprecation notices into the report)."""
+    tether.die_with(parent)
+    warnings.filters[:] = filters
+
+
 def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads: int | None) -> dict:
     """Do one job into its folder (published when done) and return its result."""
     import torch
@@ -338,9 +347,8 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
                 bar.update()
         else:
             context = multiprocessing.get_context("spawn")
-            # Tied: a job would otherwise train on for minutes after a killed run (composer.tether).
-            with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1,
-                                     initializer=tether.die_with, initargs=(os.getpid(),)) as pool:
+            with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1, initializer=_worker_init,
+                                     initargs=(os.getpid(), list(warnings.filters))) as pool:
                 running, failure = {}, None
                 while pending or running:
                     for job in [j for j in pending if ready(j) and failure is None][:workers - len(running)]:

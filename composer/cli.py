@@ -30,7 +30,8 @@ Names are checked against the parameters cell and values against its types (an i
 accepted for a float; a None default accepts anything) before anything runs. Keys are
 refused: a parameter named like *api_key* holds the NAME of an environment variable.
 
-outputs, in --reports-dir:
+outputs, in --reports-dir (reports/ with --profile report, runs/reports/ otherwise, so a smoke
+run never overwrites a committed report):
   <slug>/executed.ipynb   the executed notebook (kept when a cell fails, for debugging)
   <slug>.html             the report: outputs only, verdict banner first
   <slug>.json             results: verdict, criteria with intervals, metrics, params, provenance
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
     p.add_argument("--profile", choices=run.PROFILES, default="default", help="parameter profile (default: the notebook's own defaults)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="override one parameter (repeatable)")
     p.add_argument("--params-file", type=Path, metavar="FILE", help="YAML mapping of parameter overrides")
-    p.add_argument("--reports-dir", type=Path, default=REPORTS, metavar="DIR", help=f"where reports go (default: {REPORTS})")
+    p.add_argument("--reports-dir", type=Path, metavar="DIR",
+                   help=f"where reports go (default: {REPORTS} for --profile report, {run.RUN_REPORTS} otherwise)")
     p.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, metavar="DIR", help=f"where spike notebooks are (default: {NOTEBOOKS})")
 
     p = commands.add_parser("bench", help="run a benchmark module from composer/bench/", description="Run composer.bench.NAME's main(ARGS).",

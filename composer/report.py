@@ -26,6 +26,7 @@ record() emits the results as a display output of type RESULTS_MIME; the runner 
 back from the executed notebook with read_results() (our replacement for scrapbook).
 """
 
+import base64
 import copy
 import html
 import io
@@ -67,6 +68,10 @@ VERDICT_RULE = (
     "was hit) is never VALIDATED: it is PARTIAL."
 )
 COLOURS = {"VALIDATED": "#1a7f37", "INVALIDATED": "#cf222e", "PARTIAL": "#9a6700", "INCONCLUSIVE": "#57606a", None: "#0969da"}
+# Badges: colours no verdict uses, so "offline" never reads as INVALIDATED nor "live" as VALIDATED.
+BADGES = {"offline": "#8250df", "live": "#0550ae", "profile": "#6e7781", "dry run": "#bc4c00"}
+# `python -m composer run --profile P` tells the kernel its profile; a notebook run by hand is "notebook".
+PROFILE_ENV = "COMPOSER_PROFILE"
 # An API key as OpenAI/OpenRouter ("sk-", "sk-or-v1-") or Hugging Face ("hf_") issue them.
 API_KEY = re.compile(r"^(sk-|hf_)[A-Za-z0-9_-]{16,}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -132,6 +137,12 @@ class Criterion:
     @property
     def passed(self) -> bool | None:
         return {"pass": True, "fail": False, "undecided": None}[self.status]
+
+
+def too_few(n: int, minimum: int, what: str) -> str | None:
+    """Why a criterion cannot be decided at smoke scale ("n = 2 seeds, below the stated minimum of 5: smoke
+    scale"), or None when n meets the minimum its spike states."""
+    return None if n >= minimum else f"n = {n} {what}, below the stated minimum of {minimum}: smoke scale"
 
 
 def short_of(count: int, total: int, minimum: float, what: str) -> str | None:
@@ -205,8 +216,10 @@ def _clean(value, path, notes):
     raise TypeError(f"{path}: {type(value).__name__} is not a number, string, list or dict")
 
 
-def record(spike, *, title, criteria, metrics, params, backend, seed, started, notes=(), complete=True) -> dict:
-    """Build, validate and display the results; update the banner; return the results dict."""
+def record(spike, *, title, criteria, metrics, params, backend, seed, started, notes=(), complete=True,
+           dry_run=False) -> dict:
+    """Build, validate and display the results; update the banner; return the results dict. dry_run: nothing was
+    sent or trained (a priced plan): the banner says so and the run is not counted as incomplete."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     notes = list(notes)
@@ -224,6 +237,8 @@ def record(spike, *, title, criteria, metrics, params, backend, seed, started, n
         "verdict": decide_verdict(criteria, complete=complete),
         "verdict_rule": VERDICT_RULE,
         "backend": backend,
+        "profile": os.environ.get(PROFILE_ENV, "notebook"),
+        "dry_run": dry_run,
         "criteria": _clean(rows, "criteria", notes),
         "metrics": _clean(metrics, "metrics", notes),
         "params": _clean(redact_params(params), "params", notes),
@@ -233,7 +248,8 @@ def record(spike, *, title, criteria, metrics, params, backend, seed, started, n
     json.dumps(results, allow_nan=False)  # the contract: plain, finite JSON
     table = _criteria_html(results)
     display({RESULTS_MIME: results, "text/html": table, "text/plain": _summary(results)}, raw=True)
-    update_display({"text/html": _banner_html(title, backend, results), "text/plain": _summary(results)}, raw=True, display_id=BANNER_ID)
+    update_display({"text/html": _banner_html(title, backend, results), "text/plain": _summary(results)}, raw=True,
+                   display_id=BANNER_ID)
     return results
 
 
@@ -332,59 +348,103 @@ def fmt(x) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
-def _criterion_line(c) -> str:
+def _status(c) -> str:
     status = {True: "pass", False: "fail", None: "undecided"}[c["passed"]]
-    status += f" ({c['undecided_why']})" if c.get("undecided_why") else ""
-    null = f" (interval beyond {fmt(c['null'])})" if c.get("null") is not None else ""
-    return f"{c['name']}: {fmt(c['estimate'])} [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] {c['comparator']} {fmt(c['threshold'])}{null}: {status}"
+    return status + (f" ({c['undecided_why']})" if c.get("undecided_why") else "")
+
+
+def _value(c) -> str:
+    """An estimate with its interval, or alone when the criterion is exact (a count: no interval to show)."""
+    if c["ci_low"] == c["ci_high"] == c["estimate"]:
+        return fmt(c["estimate"])
+    return f"{fmt(c['estimate'])} [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}]"
+
+
+def _gate(c) -> str:
+    null = f", interval beyond {fmt(c['null'])}" if c.get("null") is not None else ""
+    return f"{c['comparator']} {fmt(c['threshold'])}{null}"
+
+
+def criterion_line(c) -> str:
+    """A criterion as one line: name, estimate [interval] (the estimate alone when exact), gate and status."""
+    return f"{c['name']}: {_value(c)} {_gate(c)}: {_status(c)}"
 
 
 def _summary(results) -> str:
     lines = [f"{results['title']}: {results['verdict']} (backend: {results['backend']})"]
-    lines += [f"  {_criterion_line(c)}" for c in results["criteria"]]
+    lines += [f"  {criterion_line(c)}" for c in results["criteria"]]
     return "\n".join(lines)
 
 
+def _badge(text, colour) -> str:
+    return (f'<span style="background:{colour};color:white;font-weight:bold;padding:2px 8px;border-radius:4px;'
+            f'margin-right:6px">{html.escape(text)}</span>')
+
+
 def _banner_html(title, backend, results=None) -> str:
+    """The verdict, what kind of run it was, and the criteria: the page's first lines (notes and the rule follow
+    the results table at the end)."""
     e = html.escape
     verdict = results["verdict"] if results else None
     colour = COLOURS[verdict]
-    badge = "#cf222e" if backend == "offline" else "#1a7f37"
+    profile = results["profile"] if results else os.environ.get(PROFILE_ENV, "notebook")
+    badges = _badge(f"backend: {backend}", BADGES[backend]) + _badge(f"profile: {profile}", BADGES["profile"])
+    if results and results["dry_run"]:
+        badges += _badge("dry run: nothing sent", BADGES["dry run"])
     parts = [
-        f'<div style="border-left:8px solid {colour};padding:10px 14px;margin:4px 0;background:#f6f8fa;font-family:sans-serif">',
+        f'<div id="{BANNER_ID}" style="border-left:8px solid {colour};padding:10px 14px;margin:4px 0;'
+        'background:#f6f8fa;font-family:sans-serif">',
         f'<div style="font-size:1.1em">{e(title)}</div>',
         f'<div style="font-size:2em;font-weight:bold;color:{colour}">{e(verdict or "verdict pending")}</div>',
-        f'<div style="margin:6px 0"><span style="background:{badge};color:white;font-weight:bold;padding:2px 8px;border-radius:4px">backend: {e(backend)}</span></div>',
+        f'<div style="margin:6px 0">{badges}</div>',
     ]
     if results:
-        parts += [f'<div style="font-family:monospace">{e(_criterion_line(c))}</div>' for c in results["criteria"]]
-        parts += [f"<div>note: {e(n)}</div>" for n in results["notes"]]
+        parts += [f'<div style="font-family:monospace">{e(criterion_line(c))}</div>' for c in results["criteria"]]
         prov = results["provenance"]
         sha = (prov["git_sha"] or "no commit")[:10] + (" (dirty)" if prov["git_dirty"] else "")
-        parts.append(f'<div style="color:#57606a;font-size:0.9em">{e(prov["started_utc"][:10])} · git {e(sha)} · seed {e(str(prov["seed"]))}</div>')
-        parts.append(f'<div style="color:#57606a;font-size:0.8em">{e(VERDICT_RULE)}</div>')
+        parts.append(f'<div style="color:#57606a;font-size:0.9em">{e(prov["started_utc"][:10])} · git {e(sha)} · '
+                     f'seed {e(str(prov["seed"]))} · notes and the verdict rule: at the end</div>')
     parts.append("</div>")
     return "\n".join(parts)
 
 
 def _criteria_html(results) -> str:
-    """A criteria table with a ± column (half the interval's width), lm-eval-harness style."""
+    """The criteria table (intervals as [low, high]), the decision chart, the notes and the verdict rule."""
     e = html.escape
-    head = "<tr><th>criterion</th><th>estimate</th><th>±</th><th>interval</th><th>gate</th><th>result</th></tr>"
-    rows = []
-    for c in results["criteria"]:
-        lo, hi = c["ci_low"], c["ci_high"]
-        half = (hi - lo) / 2 if lo is not None and hi is not None else None
-        status = {True: "pass", False: "fail", None: "undecided"}[c["passed"]]
-        status += f" ({c['undecided_why']})" if c.get("undecided_why") else ""
-        cells = [c["name"], fmt(c["estimate"]), fmt(half), f"[{fmt(lo)}, {fmt(hi)}]", f"{c['comparator']} {fmt(c['threshold'])}" + (f", interval beyond {fmt(c['null'])}" if c.get("null") is not None else ""), status]
-        rows.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in cells) + "</tr>")
-    verdict = f"<p><b>{e(results['verdict'])}</b> (backend: {e(results['backend'])})</p>"
-    return f"{verdict}<table>{head}{''.join(rows)}</table>"
+    head = "<tr><th>criterion</th><th>estimate [interval]</th><th>gate</th><th>result</th></tr>"
+    rows = ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in (c["name"], _value(c), _gate(c), _status(c))) + "</tr>"
+            for c in results["criteria"]]
+    fig = decision_plot(results["criteria"])
+    chart = f'<img alt="decision chart" src="data:image/png;base64,{base64.b64encode(png(fig)).decode()}">'
+    plt.close(fig)
+    notes = "".join(f"<li>{e(n)}</li>" for n in results["notes"])
+    return (f"<p><b>{e(results['verdict'])}</b> (backend: {e(results['backend'])}, profile: {e(results['profile'])})"
+            f"</p><table>{head}{''.join(rows)}</table>{chart}" + (f"<p>Notes:</p><ul>{notes}</ul>" if notes else "")
+            + f'<p style="color:#57606a;font-size:0.9em">Verdict rule: {e(VERDICT_RULE)}</p>')
 
 
 # -----------------------------------------------------------------------------
 # plots: each returns a Figure (not registered with pyplot, so nothing displays twice); show() displays it
+
+
+def decision_plot(criteria) -> Figure:
+    """The decision at a glance: per criterion (a results row), its estimate and interval against the threshold
+    (dashed) and the null (dotted, when it has one), coloured by its status; one panel each, as scales differ."""
+    colours = {True: COLOURS["VALIDATED"], False: COLOURS["INVALIDATED"], None: COLOURS["INCONCLUSIVE"]}
+    fig = Figure(figsize=(6.4, 0.3 + 0.75 * len(criteria)), layout="constrained")
+    for ax, c in zip(fig.subplots(len(criteria), 1, squeeze=False)[:, 0], criteria):
+        known = [x for x in (c["estimate"], c["ci_low"], c["ci_high"]) if _known(x)]
+        if known:
+            low, high = (c["ci_low"], c["ci_high"]) if _known(c["ci_low"]) and _known(c["ci_high"]) else (known[0],) * 2
+            ax.plot([low, high], [0, 0], color=colours[c["passed"]], linewidth=3)
+            ax.plot([known[0] if not _known(c["estimate"]) else c["estimate"]], [0], "o", color=colours[c["passed"]])
+        ax.axvline(c["threshold"], color="#24292f", linestyle="--", linewidth=1)
+        if c.get("null") is not None:
+            ax.axvline(c["null"], color="#24292f", linestyle=":", linewidth=1)
+        ax.set_yticks([])
+        ax.set_title(f"{c['name'][:90]}: {_status(c)[:60]}", fontsize="small", loc="left")
+        ax.tick_params(axis="x", labelsize="small")
+    return fig
 
 
 def interval_plot(rows, *, xlabel, title, method, seed) -> Figure:

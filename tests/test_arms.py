@@ -219,3 +219,17 @@ def test_a_spawned_jobs_peak_memory_is_its_own_not_its_parents():
         child = pool.apply(arms.peak_rss_bytes)
     assert child + 512 * 2**20 < arms.peak_rss_bytes()
     del ballast
+
+
+def test_a_spawned_job_worker_keeps_its_parents_warning_filters():
+    import multiprocessing
+    import os
+    import warnings
+    from concurrent.futures import ProcessPoolExecutor
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)  # what report.quiet() does in a notebook
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=arms._worker_init,
+                                 initargs=(os.getpid(), list(warnings.filters))) as pool:
+            first = pool.submit(eval, "__import__('warnings').filters[0][:3:2]").result()
+    assert first == ("ignore", FutureWarning)

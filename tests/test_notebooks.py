@@ -8,6 +8,8 @@ within the suite's budget of 60 s per notebook, kernel start included.
 """
 
 import ast
+import re
+import tempfile
 import time
 
 import nbformat
@@ -15,7 +17,7 @@ import papermill
 import pytest
 
 from composer import report, run
-from composer.paths import NOTEBOOKS
+from composer.paths import NOTEBOOKS, ROOT
 
 # The smoke defaults are sized to run in under BUDGET_S on 2 idle cores; the time is printed with every run.
 # Wall time on a shared machine is not a pass/fail signal (speed lives in benchmarks), so only a runaway
@@ -68,4 +70,8 @@ def test_smoke(path, tmp_path, capsys):
     nb = nbformat.read(tmp_path / path.stem / "executed.ipynb", as_version=4)
     first = next(out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
     assert results["verdict"] in first.get("data", {}).get("text/html", ""), "the first output is the verdict banner"
+    page = (tmp_path / f"{path.stem}.html").read_text() + (tmp_path / f"{path.stem}.json").read_text()
+    here = "|".join(re.escape(p) for p in (str(ROOT), tempfile.gettempdir() + "/"))
+    leaked = sorted(set(re.findall(rf"(?:{here})[^\s\"'<>]*", page)))
+    assert not leaked, f"absolute paths of this machine in the report (use composer.paths.shown): {leaked[:5]}"
     assert elapsed < RUNAWAY_S, f"{path.stem} took {elapsed:.1f} s: its defaults are no smoke scale (budget {BUDGET_S} s)"

@@ -332,4 +332,16 @@ def test_a_live_run_decides_only_on_answered_calls(tokenizer, key, tmp_path, err
         assert whys == ["0 of 4 replay calls answered, below the stated minimum of 90%"] * 2
         assert results["metrics"]["replay"]["error_rate_by_teacher"]["t"]["estimate"] == 1.0
     else:
-        assert whys == [None, None] and results["metrics"]["replay"]["error_rate_by_teacher"]["t"]["estimate"] == 0.0
+        # every call answered: what is left undecided is the smoke scale of 2 traces and 4 steps, not the answers
+        assert whys == ["n = 2 traces, below the stated minimum of 10: smoke scale",
+                        "n = 4 steps, below the stated minimum of 20: smoke scale"]
+        assert results["metrics"]["replay"]["error_rate_by_teacher"]["t"]["estimate"] == 0.0
+
+
+def test_a_dry_run_is_labelled_as_one_and_not_as_unfinished(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)  # a dry run needs no key: nothing is sent
+    assert run.run("001", reports_dir=tmp_path, overrides={"backend": "live", "dry_run": True}) == 0
+    results = json.loads((tmp_path / "001-teacher-replay-cost.json").read_text())
+    assert results["dry_run"] and results["backend"] == "live" and "replay" not in results["metrics"]
+    assert not any("did not complete" in n for n in results["notes"])
+    assert "dry run: nothing sent" in (tmp_path / "001-teacher-replay-cost.html").read_text()

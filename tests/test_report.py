@@ -149,7 +149,9 @@ def _record(**overrides):
 
 def test_record_contract(capsys):
     r = _record()
-    assert list(r) == ["spike", "title", "verdict", "verdict_rule", "backend", "criteria", "metrics", "params", "provenance", "notes"]
+    assert list(r) == ["spike", "title", "verdict", "verdict_rule", "backend", "profile", "dry_run", "criteria", "metrics",
+                       "params", "provenance", "notes"]
+    assert (r["profile"], r["dry_run"]) == ("notebook", False)  # run by hand: not through `composer run --profile`
     assert (r["spike"], r["verdict"], r["verdict_rule"], r["backend"]) == ("001-example", "VALIDATED", report.VERDICT_RULE, "offline")
     assert r["criteria"][1] == {"name": "pairs", "threshold": 5, "comparator": ">=", "estimate": 7, "ci_low": 7, "ci_high": 7, "passed": True}
     assert r["metrics"] == {"cost": 3.2, "per_teacher": {"a": [1, 2]}, "ok": True}
@@ -249,9 +251,9 @@ def test_a_criterion_with_a_null_passes_on_its_estimate_and_an_interval_beyond_t
     assert Criterion("d", 0.02, ">=", 0.03, ci_low=0.0, ci_high=0.06, null=0.0).status == "undecided"  # touches 0
     assert Criterion("d", 0.02, ">=", 0.0, ci_low=-0.01, ci_high=0.019, null=0.0).status == "fail"
     assert Criterion("d", -0.02, "<=", -0.03, ci_low=-0.06, ci_high=-0.001, null=0.0).status == "pass"  # mirrored
-    line = report._criterion_line({"name": "d", "estimate": 0.03, "ci_low": 0.001, "ci_high": 0.06,
+    line = report.criterion_line({"name": "d", "estimate": 0.03, "ci_low": 0.001, "ci_high": 0.06,
                                    "comparator": ">=", "threshold": 0.02, "null": 0.0, "passed": True})
-    assert line.endswith(">= 0.02 (interval beyond 0): pass")
+    assert line == "d: 0.03 [0.001, 0.06] >= 0.02, interval beyond 0: pass"
 
 
 def test_a_criterion_short_of_its_stated_minimum_is_undecided_and_says_why(capsys):
@@ -264,3 +266,33 @@ def test_a_criterion_short_of_its_stated_minimum_is_undecided_and_says_why(capsy
     r = _record(criteria=[cost])
     assert r["verdict"] == "INCONCLUSIVE" and r["criteria"][0]["undecided_why"] == why
     assert f"undecided ({why})" in capsys.readouterr().out
+
+
+def test_too_few_says_smoke_scale():
+    assert report.too_few(2, 5, "seeds") == "n = 2 seeds, below the stated minimum of 5: smoke scale"
+    assert report.too_few(5, 5, "seeds") is None
+
+
+def test_the_banner_is_short_and_badges_kind_of_run_with_colours_no_verdict_uses(monkeypatch, capsys):
+    monkeypatch.setenv(report.PROFILE_ENV, "report")
+    r = _record(dry_run=True, notes=["a note that belongs at the end"])
+    banner = report._banner_html("Example", "offline", r)
+    assert banner.startswith(f'<div id="{report.BANNER_ID}"') and r["profile"] == "report"
+    assert "backend: offline" in banner and "profile: report" in banner and "dry run: nothing sent" in banner
+    assert "a note that belongs" not in banner and report.VERDICT_RULE not in banner
+    assert not set(report.BADGES.values()) & set(report.COLOURS.values())
+    assert "cost per trace: 3.2 [2.9, 3.6] &lt; 5: pass" in banner and "pairs: 7 &gt;= 5: pass" in banner  # exact: no [7, 7]
+    table = report._criteria_html(r)
+    assert "<th>±</th>" not in table and "<td>3.2 [2.9, 3.6]</td>" in table and "data:image/png;base64," in table
+    assert "a note that belongs at the end" in table and report.VERDICT_RULE in table
+
+
+def test_the_decision_chart_has_a_panel_per_criterion_with_its_threshold():
+    rows = [{"name": "a", "estimate": 1.0, "ci_low": 0.5, "ci_high": 1.5, "threshold": 2, "comparator": "<",
+             "passed": True}, {"name": "b", "estimate": None, "ci_low": None, "ci_high": None, "threshold": 0,
+                               "comparator": ">", "passed": None, "null": 0.1}]
+    fig = report.decision_plot(rows)
+    a, b = fig.axes
+    assert [line.get_xdata()[0] for line in a.lines] == [0.5, 1.0, 2]  # interval, estimate, threshold
+    assert [line.get_xdata()[0] for line in b.lines] == [0, 0.1]  # no estimate: the threshold and the null only
+    assert a.get_title(loc="left") == "a: pass" and b.get_title(loc="left") == "b: undecided"

@@ -10,6 +10,7 @@ need no kernel call effective_parameters/select directly.
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -55,7 +56,8 @@ def test_success_writes_executed_html_json_and_index(tiny):
     assert sorted(p.name for p in reports.iterdir()) == ["005-tiny", "005-tiny.html", "005-tiny.json", "README.md"]
     assert (reports / "005-tiny" / "executed.ipynb").exists()
     index = (reports / "README.md").read_text()
-    assert "| 005-tiny | **VALIDATED** | total: 1.5 [1.4, 1.6] >= 1 | offline |" in index and "(005-tiny.html)" in index
+    assert "| 005-tiny | **VALIDATED** | total: 1.5 [1.4, 1.6] >= 1: pass | offline | default |" in index
+    assert "(005-tiny.html)" in index
 
 
 def test_banner_shows_final_verdict(tiny):
@@ -70,9 +72,20 @@ def test_html_has_outputs_title_and_no_code(tiny):
     page = (tiny[0] / "005-tiny.html").read_text()
     assert "<title>Tiny spike</title>" in page
     assert "only_in_code_7f3a" not in page and "report.record(" not in page  # --no-input
-    assert "data:image/png;base64" in page and "<th>±</th>" in page
+    assert "data:image/png;base64" in page and "<th>estimate [interval]</th>" in page and "<th>±</th>" not in page
+    assert page.index(f'id="{report.BANNER_ID}"') < page.index('<h1 id="Tiny-spike"')  # the verdict before the prose
+    assert "profile: default" in page and "backend: offline" in page
     assert "application/vnd.composer.results+json" not in page  # the table renders, not the raw JSON
     assert len(page) < 5_000_000
+
+
+def test_runs_other_than_the_report_profile_never_write_reports(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(run, "RUN_REPORTS", tmp_path / "runs" / "reports")
+    assert run.run("005", notebooks_dir=_notebooks(tmp_path, "005-tiny")) == 0
+    assert not (tmp_path / "reports").exists()
+    results = json.loads((tmp_path / "runs" / "reports" / "005-tiny.json").read_text())
+    assert results["profile"] == "default" and report.PROFILE_ENV not in os.environ  # restored after the run
 
 
 def test_json_is_the_recorded_results_with_effective_params(tiny):
