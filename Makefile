@@ -34,8 +34,11 @@ reports: install ## Train (or load) the offline zoo, then run every spike at rep
 test: install ## Run the whole test suite, notebook smoke runs included
 	$(PY) -m pytest -q
 
-lab: install ## JupyterLab with the project's kernel registered as "Python (composer)"
+$(VENV)/.lab-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[dev,lab]"
+	@touch $@
+
+lab: $(VENV)/.lab-installed ## JupyterLab with the project's kernel "Python (composer)" (installs once; then offline)
 	$(PY) -m ipykernel install --user --name composer --display-name "Python (composer)"
 	$(VENV)/bin/jupyter lab notebooks/
 

@@ -50,8 +50,8 @@ from trl import GRPOConfig
 
 from composer import tether
 from composer.env.environment import EnvConfig
-from composer.models import _hash, _publish
-from composer.trainer import ComposerConfig, _check_channels
+from composer.files import config_hash, publish
+from composer.trainer import ComposerConfig, check_channels
 
 BASELINE = "baseline"
 CHANNEL_FIELDS = {f.name for f in dataclasses.fields(ComposerConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -91,7 +91,7 @@ class Plan:
             if bad:
                 raise ValueError(f"arm {name!r}: {sorted(bad)} are not ComposerConfig channel fields "
                                  f"({sorted(CHANNEL_FIELDS)}) or 'pairs'")
-            _check_channels(SimpleNamespace(**{**CHANNEL_DEFAULTS, **arm}))  # the message names the bad field
+            check_channels(SimpleNamespace(**{**CHANNEL_DEFAULTS, **arm}))  # the message names the bad field
             if arm.get("trace_replay_weight", 0) > 0 and arm.get("pairs") not in self.pairs:
                 raise ValueError(f"arm {name!r} has trace_replay_weight > 0 and needs 'pairs', one of "
                                  f"{sorted(self.pairs)}; got {arm.get('pairs')!r}")
@@ -120,7 +120,7 @@ def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict
         pairs.save(dataset, tmp / "pairs")
         (tmp / "meta.json").write_text(json.dumps({"rows": len(dataset), "skipped": skipped}), encoding="utf-8")
 
-    folder = _publish(Path(run_dir) / "inputs" / f"{name}-{_hash(source=source_key, student=Path(student).name)}",
+    folder = publish(Path(run_dir) / "inputs" / f"{name}-{config_hash(source=source_key, student=Path(student).name)}",
                       build)
     return {"path": str(folder / "pairs"), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))}
 
@@ -149,13 +149,13 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
         rows = pairs.oracle_pairs(train[:p["oracle_pairs"]], seed=p["seed"])
         made = {"pairs": lambda: pairs.to_dataset(rows, tool_schemas()),
                 "shuffled": lambda: pairs.to_dataset(pairs.shuffled_pairs(rows, seed=p["seed"]), tool_schemas())}
-        keys = {name: _hash(oracle=[r["pair_id"] for r in rows], name=name, seed=p["seed"]) for name in made}
+        keys = {name: config_hash(oracle=[r["pair_id"] for r in rows], name=name, seed=p["seed"]) for name in made}
         pairs_source = (f"oracle pairs ({len(rows)}: the expert's edit over the same edit with a slip, on train "
                         "tasks): " + (f"003's output was not found at {p['pairs_dir']}" if p["pairs_dir"]
                                       else "no pairs_dir given"))
     else:
         made = {name: functools.partial(pairs.load, source / name) for name in ("pairs", "shuffled")}
-        keys = {name: _hash(text=(source / f"{name}.jsonl").read_text(encoding="utf-8")) for name in made}
+        keys = {name: config_hash(text=(source / f"{name}.jsonl").read_text(encoding="utf-8")) for name in made}
         pairs_source = f"003's pairs ({p['pairs_dir']})"
     needed = sorted({a.get("pairs") for a in p["arms"].values() if a.get("trace_replay_weight", 0) > 0} - {None})
     unknown = [n for n in needed if n not in made]
@@ -196,7 +196,7 @@ def seed_tasks(plan: Plan, seed: int) -> list[dict]:
 
 
 def _records_key(records: list[dict]) -> str:
-    return _hash(records=records)
+    return config_hash(records=records)
 
 
 def _file_key(path) -> str:
@@ -204,32 +204,32 @@ def _file_key(path) -> str:
     jsonl = Path(path).with_suffix(".jsonl")
     if not jsonl.is_file():
         raise FileNotFoundError(f"{jsonl}: a pairs dataset saved by composer.pairs.save has this JSONL twin")
-    return _hash(text=jsonl.read_text(encoding="utf-8"))
+    return config_hash(text=jsonl.read_text(encoding="utf-8"))
 
 
 def jobs(plan: Plan) -> list[dict]:
     """Every job of the plan, trainings before their evaluations, each with its `key` (the folder name)."""
-    from composer.zoo import _versions
+    from composer.zoo import versions
 
     student = Path(plan.student)
     base = dict(student=student.name if student.is_dir() else plan.student, env=dataclasses.asdict(plan.env),
-                **_versions())
+                **versions())
     evaluation = dict(test=_records_key(plan.test), **plan.evaluation)
     out = [{"kind": "eval", "arm": BASELINE, "seed": None, "model": plan.student,
-            "key": f"eval-{BASELINE}-" + _hash(model=base, **evaluation)}]
+            "key": f"eval-{BASELINE}-" + config_hash(model=base, **evaluation)}]
     pair_keys = {}
     for seed, (name, arm) in itertools.product(range(plan.seeds), plan.arms.items()):
         pairs = arm.get("pairs") if arm.get("trace_replay_weight", 0) > 0 else None
         if pairs is not None and pairs not in pair_keys:
             pair_keys[pairs] = _file_key(plan.pairs[pairs])
         channels = {k: v for k, v in arm.items() if k != "pairs"}
-        train_key = f"train-{name}-s{seed}-" + _hash(
+        train_key = f"train-{name}-s{seed}-" + config_hash(
             **base, seed=seed, tasks=_records_key(seed_tasks(plan, seed)), grpo=plan.grpo, channels=channels,
             pairs=pair_keys.get(pairs))
         out.append({"kind": "train", "arm": name, "seed": seed, "channels": channels,
                     "pairs": plan.pairs[pairs] if pairs else None, "key": train_key})
         out.append({"kind": "eval", "arm": name, "seed": seed, "after": train_key,
-                    "key": f"eval-{name}-s{seed}-" + _hash(model=train_key, **evaluation)})
+                    "key": f"eval-{name}-s{seed}-" + config_hash(model=train_key, **evaluation)})
     return out
 
 
@@ -300,7 +300,7 @@ def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads
         (tmp / "result.json").write_text(json.dumps(
             {**result, "job": {k: v for k, v in job.items() if k != "key"}}, default=str), encoding="utf-8")
 
-    return read(_publish(jobs_dir / job["key"], build))
+    return read(publish(jobs_dir / job["key"], build))
 
 
 def peak_rss_bytes() -> int:

@@ -95,6 +95,7 @@ from typing import Callable
 
 from composer import traces
 from composer.env.environment import CodingEnv, EnvConfig, TRLCodingEnv, env_reward
+from composer.files import write_atomic
 
 SOURCE = "trl"
 TRUNCATION_KINDS = ("completion_cut", "tool_result_rolled_back", "tool_loop_limit", "env_step_limit")
@@ -552,12 +553,7 @@ def prepare_resume(path) -> Resume:
     partial = {tid for tid, rows in by_id.items() if not any(r.done for _, r in rows)}
     if partial:
         drop = {lineno for tid in partial for lineno, _ in by_id[tid]}
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.resume")
-        with open(tmp, "wb") as f:
-            f.writelines(line for lineno, line in enumerate(lines, 1) if lineno not in drop)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, b"".join(line for lineno, line in enumerate(lines, 1) if lineno not in drop), sync=True)
         for tid in sorted(partial):
             rows = by_id[tid]
             notes.append(f"{path}:{rows[0][0]}: removed the partially written rollout {tid!r} "

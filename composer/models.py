@@ -19,7 +19,6 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 
 import tokenizers
@@ -37,6 +36,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from composer.files import config_hash, publish
 from composer.paths import CACHE
 
 VOCAB_SIZE = 1024  # len(tokenizer): learned BPE tokens plus the added tokens below
@@ -223,7 +223,7 @@ def _train_tokenizer(text: str) -> PreTrainedTokenizerFast:
 def tokenizer_dir() -> Path:
     """Directory of the cached tokenizer, building it on first use."""
     text = corpus()
-    key = _hash(
+    key = config_hash(
         corpus=hashlib.sha256(text.encode()).hexdigest(),
         vocab_size=VOCAB_SIZE,
         special=SPECIAL_TOKENS,
@@ -233,7 +233,7 @@ def tokenizer_dir() -> Path:
         tokenizers=tokenizers.__version__,
         transformers=transformers.__version__,
     )
-    return _publish(cache_root() / "tokenizers" / key, lambda tmp: _train_tokenizer(text).save_pretrained(tmp))
+    return publish(cache_root() / "tokenizers" / key, lambda tmp: _train_tokenizer(text).save_pretrained(tmp))
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -249,14 +249,14 @@ def tiny_model(name: str = "tiny", *, seed: int = 0, **overrides) -> Path:
     """Directory of a randomly initialised Qwen3ForCausalLM (TINY config plus overrides), built once per hash."""
     tok_dir = tokenizer_dir()
     config = dict(TINY, **overrides)
-    key = _hash(
+    key = config_hash(
         config=config,
         seed=seed,
         tokenizer=tok_dir.name,
         transformers=transformers.__version__,
         torch=torch.__version__,  # the init RNG stream belongs to torch
     )
-    return _publish(cache_root() / "models" / f"{name}-{key}", lambda tmp: _build_model(tmp, tok_dir, seed, config))
+    return publish(cache_root() / "models" / f"{name}-{key}", lambda tmp: _build_model(tmp, tok_dir, seed, config))
 
 
 def _build_model(out: Path, tok_dir: Path, seed: int, config: dict) -> None:
@@ -320,34 +320,3 @@ def _from_pretrained(auto_cls, name_or_path, **kwargs):
             "offline (HF_HUB_OFFLINE=1). Set HF_HUB_OFFLINE=0 on a machine with network access to download it, "
             "pass the path of a local checkpoint, or use composer.models.tiny_model() for an offline stand-in."
         ) from e
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Content-addressed cache
-
-
-def _hash(**payload) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _publish(target: Path, build) -> Path:
-    """Return target, first running build(tmp) in a sibling temp dir and renaming it into place if absent.
-
-    The rename is atomic, so a crash mid-build leaves only a stray .tmp dir, never a target that looks
-    complete. If another process published the same target while we built, rename fails and theirs wins.
-    """
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp's 0700 would make a shared cache unreadable to other users
-    try:
-        build(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not target.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target

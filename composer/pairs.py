@@ -54,6 +54,7 @@ from typing import Literal
 import numpy as np
 
 from composer import stats
+from composer.files import write_atomic
 from composer.teachers import OTHER, TeacherQuery, canonical_action, canonical_tool_call
 
 RULES = ("majority_over_student", "student_over_minority")
@@ -930,7 +931,7 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
             for c in clients.values():
                 await c.close()
         records.sort(key=lambda q: (list(by_trace).index(q.trace_id), q.step, q.teacher, q.sample))
-        _write_atomic_lines(out_path, [q.model_dump_json() for q in records])
+        write_atomic(out_path, "".join(q.model_dump_json() + "\n" for q in records))
         return records
 
 
@@ -948,12 +949,6 @@ def ignored_n(records: list[TeacherQuery]) -> list[str]:
     return sorted({teacher for (teacher, _, _), seen in keys.items() if len(seen) > 1})
 
 
-def _write_atomic_lines(path: Path, lines: list[str]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Embedded traces when 002a's file is not there yet
 
@@ -968,10 +963,11 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
     from composer import policies
     from composer.env import tasks
     from composer.env.environment import CodingEnv
-    from composer.models import _hash, cache_root
+    from composer.files import config_hash
+    from composer.models import cache_root
     from composer.traces import SCHEMA_VERSION, Action, State, StepRecord, ToolCall, TraceWriter, import_jsonl
 
-    key = _hash(n=n_traces, seed=seed, noise=(explore, wrong_edit, skip_rerun), n_functions=n_functions,
+    key = config_hash(n=n_traces, seed=seed, noise=(explore, wrong_edit, skip_rerun), n_functions=n_functions,
                 generator=tasks.GENERATOR_VERSION, env=policies.ENV_CONFIG)
     cached = cache_root() / "pairs" / f"embedded-traces-{key}.jsonl"
     if cache and cached.is_file():

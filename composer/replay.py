@@ -35,7 +35,6 @@ caches live five minutes or more).
 import asyncio
 import math
 import random
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ import numpy as np
 import tiktoken
 
 from composer.lock import run_lock
-from composer.serve import PromptCache, cost, load_profiles
+from composer.providers import PromptCache, cost, load_profiles
 from composer.teachers import (
     OTHER,
     Store,

@@ -78,6 +78,7 @@ ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # SVG ids are random unless salted; PNGs carry no timestamp unless asked (see png()).
 matplotlib.rcParams["svg.hashsalt"] = "composer"
+matplotlib.rcParams["text.parse_math"] = False  # "$5/trace" is dollars in a label, never mathtext
 
 
 # -----------------------------------------------------------------------------
@@ -310,13 +311,17 @@ def _hardware() -> dict:
 
 
 def quiet() -> None:
-    """Keep library chatter (load bars, deprecation notices, per-step trainer logs) out of rendered reports.
+    """Keep library chatter (load bars, deprecation notices, per-step trainer logs) and raw floats
+    (1.080334e-07) out of rendered reports.
 
     Errors still show; the notebook's own prints and tables are what a reader sees.
     """
     import warnings
 
     os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is imported; bars in a rendered report are noise
+    import pandas as pd
+
+    pd.set_option("display.float_format", "{:.4g}".format)  # tables print 4 significant digits, as fmt() does
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.autonotebook without ipywidgets
     import transformers
 
@@ -447,12 +452,16 @@ def decision_plot(criteria) -> Figure:
     return fig
 
 
-def interval_plot(rows, *, xlabel, title, method, seed) -> Figure:
-    """rows: (label, estimate, low, high, n) per line; points with interval whiskers, rliable style."""
+def interval_plot(rows, *, xlabel, title, method, seed, threshold=None) -> Figure:
+    """rows: (label, estimate, low, high, n) per line; points with interval whiskers, rliable style; a criterion's
+    threshold as a dashed line when given."""
     fig = Figure(figsize=(6.4, 1.6 + 0.5 * len(rows)), layout="constrained")
     ax = fig.add_subplot()
     for i, (label, estimate, low, high, n) in enumerate(rows):
         ax.errorbar(estimate, i, xerr=[[estimate - low], [high - estimate]], fmt="o", capsize=4, color=f"C{i}")
+    if threshold is not None:
+        ax.axvline(threshold, color="#24292f", linestyle="--", linewidth=1, label=f"gate {threshold:g}")
+        ax.legend(loc="best", fontsize="small")
     ax.set_yticks(range(len(rows)), [f"{label} (n={n})" for label, *_, n in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     ax.grid(axis="x", alpha=0.3)

@@ -27,6 +27,7 @@ from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
 from composer import report
+from composer.files import write_atomic
 from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
 
 # `all` runs spikes in this order because a spike may consume an earlier one's output files
@@ -223,13 +224,6 @@ def describe(slug, notebooks_dir=NOTEBOOKS) -> str:
 # execution and outputs
 
 
-def _write_atomic(path, text):
-    """Readers never see a half-written file, and a failure leaves the old one in place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _title(nb, fallback) -> str:
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -280,6 +274,8 @@ def run_spike(slug, values, defaults, *, profile="default", notebooks_dir=NOTEBO
         with _environ(report.PROFILE_ENV, profile):
             nb = papermill.execute_notebook(
                 Path(notebooks_dir) / f"{slug}.ipynb", executed, parameters=changed,
+                # python3: the kernel of this interpreter (ipykernel's own), whatever kernel the notebook
+                # declares for JupyterLab ("composer", which `make lab` registers)
                 kernel_name="python3", progress_bar=True, cwd=ROOT,
             )
     except PapermillExecutionError as e:
@@ -301,8 +297,8 @@ def run_spike(slug, values, defaults, *, profile="default", notebooks_dir=NOTEBO
     page = render_html(nb, _title(nb, slug))
     if len(page) > HTML_LIMIT:
         print(f"{slug}: warning: the HTML report is {len(page) / 1e6:.1f} MB (keep reports under 5 MB)", file=sys.stderr)
-    _write_atomic(reports_dir / f"{slug}.html", page)
-    _write_atomic(reports_dir / f"{slug}.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    write_atomic(reports_dir / f"{slug}.html", page)
+    write_atomic(reports_dir / f"{slug}.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
     print(f"{slug}: {results['verdict']} in {wall:.1f} s")
     return results
 
@@ -332,7 +328,7 @@ def write_index(reports_dir=REPORTS):
         f"Verdict rule: {report.VERDICT_RULE}",
         "",
     ])
-    _write_atomic(reports_dir / "README.md", text)
+    write_atomic(reports_dir / "README.md", text)
 
 
 def run(name, *, profile="default", params_file=None, overrides=None, notebooks_dir=NOTEBOOKS, reports_dir=None,

@@ -67,7 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from composer import tether
 from composer.models import tokenizer_dir
-from composer.serve import Prices, load_profiles
+from composer.providers import Prices, load_profiles
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 OTHER = "<other>"  # the mass a logprobs distribution leaves to actions it did not see

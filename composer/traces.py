@@ -398,6 +398,20 @@ def _trace_problem(steps: list[StepRecord]) -> str | None:
     return None
 
 
+def preview(record: StepRecord, *, chars: int = 160, tokens: int = 24) -> dict:
+    """A record as a report shows it: long messages cut to `chars` characters and per-token arrays to `tokens`
+    entries, each cut saying how much was left out (a rollout's token ids would otherwise fill pages)."""
+    out = json.loads(record.model_dump_json())
+    for m in out["state"]["messages"]:
+        if isinstance(m.get("content"), str) and len(m["content"]) > chars:
+            m["content"] = m["content"][:chars] + f" ... [{len(m['content']) - chars} more characters]"
+    for key in ("token_ids", "mask", "logprobs"):
+        values = out["action"].get(key)
+        if values and len(values) > tokens:
+            out["action"][key] = values[:tokens] + [f"... [{len(values) - tokens} more]"]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Importers
 

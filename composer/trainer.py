@@ -66,11 +66,11 @@ class ComposerConfig(GRPOConfig):
     trace_replay_batch_size: int = field(default=2, metadata={"help": "Pairs per micro-batch and process."})
 
     def __post_init__(self):
-        _check_channels(self)
+        check_channels(self)
         super().__post_init__()
 
 
-def _check_channels(args) -> None:
+def check_channels(args) -> None:
     """Refuse a bad channel configuration before anything is loaded; the message names the field."""
     for name in ("hint_distill_weight", "trace_replay_weight"):
         if getattr(args, name) < 0:
@@ -221,7 +221,7 @@ class ComposerTrainer(GRPOTrainer):
             args = ComposerConfig("composer-run")
         if not isinstance(args, ComposerConfig):
             raise ValueError(f"args must be a ComposerConfig, got {type(args).__name__}")
-        _check_channels(args)  # again: fields may have been changed after the config was built
+        check_channels(args)  # again: fields may have been changed after the config was built
         _check_datasets(args, train_dataset, pairs_dataset)
         self._capture_student_logps = False
         self._last_rewards = None

@@ -69,7 +69,8 @@ import transformers
 from composer import policies, stats
 from composer.env import tasks
 from composer.env.environment import CodingEnv, EnvConfig
-from composer.models import _hash, _publish, cache_root, load_model, load_tokenizer, tiny_model
+from composer.files import config_hash, publish
+from composer.models import cache_root, load_model, load_tokenizer, tiny_model
 
 ZOO_VERSION = "1"  # bump when the training or data code changes what a cached artefact would contain
 
@@ -147,13 +148,13 @@ PROFILES = {
 MAX_POSITIONS = 8192  # episodes with detours run past models.TINY's 4096 tokens
 
 
-def _versions() -> dict:
+def versions() -> dict:
     return {"zoo": ZOO_VERSION, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def _jsonl_cached(kind: str, key: str, build) -> list[dict]:
     """Rows of cache_root()/zoo/<kind>/<key>.jsonl, building them with build() (atomic publish) if absent."""
-    folder = _publish(cache_root() / "zoo" / kind / key,
+    folder = publish(cache_root() / "zoo" / kind / key,
                       lambda tmp: (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in build())))
     return [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
 
@@ -164,7 +165,7 @@ def _jsonl_cached(kind: str, key: str, build) -> list[dict]:
 
 def split_tasks(profile: Profile, split: str) -> list[dict]:
     n = profile.n_train if split == "train" else profile.n_test
-    key = _hash(split=split, n=n, seed=profile.seed, difficulty=profile.difficulty, generator=tasks.GENERATOR_VERSION)
+    key = config_hash(split=split, n=n, seed=profile.seed, difficulty=profile.difficulty, generator=tasks.GENERATOR_VERSION)
     return _jsonl_cached("tasks", f"{split}-{key}",
                          lambda: tasks.generate(n, seed=profile.seed, split=split, difficulty=profile.difficulty))
 
@@ -177,7 +178,7 @@ def demonstrations(profile: Profile, style: str, *, workers: int = 2) -> list[di
               policies._slip, policies.tool_call_message, policies.tool_message]
     policy = hashlib.sha256("".join(map(inspect.getsource, expert)).encode() + repr(
         (policies.SLIPS, policies.SYSTEM)).encode()).hexdigest()
-    key = _hash(tasks=[r["instance_id"] for r in records], noise=noise, env=profile.env, policy=policy, **_versions())
+    key = config_hash(tasks=[r["instance_id"] for r in records], noise=noise, env=profile.env, policy=policy, **versions())
 
     def one(i: int, env: CodingEnv) -> dict:
         messages, reward, info = policies.demonstrate(env, records[i], noise=noise, seed=profile.seed * 100_003 + i)
@@ -331,7 +332,7 @@ def build(spec: ModelSpec, profile: Profile) -> Path:
     demos = demonstrations(profile, spec.style)[:spec.n_demos]
     digest = hashlib.sha256(json.dumps([d["messages"] for d in demos]).encode()).hexdigest()
     library = hashlib.sha256(json.dumps(tasks.library_sources()).encode()).hexdigest()
-    key = _hash(spec=dataclasses.asdict(spec), base=base.name, demos=digest, library=library, **_versions())
+    key = config_hash(spec=dataclasses.asdict(spec), base=base.name, demos=digest, library=library, **versions())
 
     def run(out: Path):
         tokenizer = load_tokenizer(base)
@@ -350,11 +351,11 @@ def build(spec: ModelSpec, profile: Profile) -> Path:
                   "n_demos": len(demos), "tokens": sum(len(x) for x, _ in examples),
                   "assistant_tokens": sum(sum(m) for _, m in examples), "train_seconds": round(wall, 1),
                   "train_cpu_seconds": round(cpu, 1), "torch_threads": torch.get_num_threads(), "losses": losses,
-                  **_versions()}
+                  **versions()}
         (out / "zoo.json").write_text(json.dumps(record))
         TRAINED.append(spec.name)
 
-    return _publish(cache_root() / "zoo" / "models" / f"{spec.name}-{key}", run)
+    return publish(cache_root() / "zoo" / "models" / f"{spec.name}-{key}", run)
 
 
 def zoo(profile: str | Profile = "report") -> dict[str, Path]:
@@ -384,8 +385,8 @@ def info(path: Path) -> dict:
 def evaluation(path: Path, profile: Profile) -> dict:
     """Greedy pass@1 per test task of one checkpoint, cached: {"scores": {instance_id: 0/1}, "seconds", ...}."""
     records = split_tasks(profile, "test")
-    key = _hash(model=Path(path).name, tasks=[r["instance_id"] for r in records], env=profile.env,
-                max_new_tokens=profile.max_new_tokens, **_versions())
+    key = config_hash(model=Path(path).name, tasks=[r["instance_id"] for r in records], env=profile.env,
+                max_new_tokens=profile.max_new_tokens, **versions())
 
     def run():
         start = time.perf_counter()

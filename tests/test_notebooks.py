@@ -37,6 +37,7 @@ def test_hygiene(path):
     nb = nbformat.read(path, as_version=4)
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# "), "the first cell is a markdown `# title`"
+    assert nb.metadata.kernelspec.name == "composer", "the project's kernel (make lab registers it); papermill runs python3"
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, f"cell {i} was committed with outputs"

@@ -6,6 +6,7 @@
 import json
 import subprocess
 
+import matplotlib
 import nbformat
 import numpy as np
 import pytest
@@ -296,3 +297,39 @@ def test_the_decision_chart_has_a_panel_per_criterion_with_its_threshold():
     assert [line.get_xdata()[0] for line in a.lines] == [0.5, 1.0, 2]  # interval, estimate, threshold
     assert [line.get_xdata()[0] for line in b.lines] == [0, 0.1]  # no estimate: the threshold and the null only
     assert a.get_title(loc="left") == "a: pass" and b.get_title(loc="left") == "b: undecided"
+
+
+def test_quiet_rounds_table_floats(monkeypatch):
+    import warnings
+
+    import pandas as pd
+
+    monkeypatch.setenv("TQDM_DISABLE", "0")
+    with warnings.catch_warnings():
+        report.quiet()
+        try:
+            html_table = pd.DataFrame({"x": [1.080334e-07, 2.3456789]})._repr_html_()
+        finally:
+            pd.reset_option("display.float_format")
+    assert "1.08e-07" in html_table and "2.346" in html_table and "1.080334e-07" not in html_table
+
+
+def test_plots_show_dollars_and_the_gate():
+    fig = report.interval_plot([("a", 3.0, 2.5, 3.9, 10)], xlabel="$/trace (gate: $5)", title="t", method="m", seed=0,
+                               threshold=5)
+    ax = fig.axes[0]
+    assert ax.lines[-1].get_xdata()[0] == 5 and ax.get_legend().get_texts()[0].get_text() == "gate 5"
+    assert report.png(fig)  # "$...$" is not parsed as mathtext (it would raise or garble the label)
+    assert not matplotlib.rcParams["text.parse_math"]
+
+
+def test_committed_reports_come_from_clean_commits_at_report_scale():
+    from composer.paths import REPORTS
+
+    committed = sorted(REPORTS.glob("*.json"))
+    assert committed, "no committed reports"
+    for path in committed:
+        r = json.loads(path.read_text())
+        prov = r["provenance"]
+        assert prov["git_sha"] and prov["git_dirty"] is False, f"{path.name}: made from an uncommitted tree"
+        assert r.get("profile", "report") == "report", f"{path.name}: a {r['profile']} run, not the report profile"

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from composer.models import load_model, load_tokenizer, tiny_model
-from composer.serve import BYTE_LEVEL, PROFILES_FILE, Profile, Server, load_profiles, parse_tool_calls, serve
+from composer.providers import PROFILES_FILE, Profile, load_profiles
+from composer.serve import BYTE_LEVEL, Server, parse_tool_calls, serve
 from composer.serve import main as serve_main
 
 KEY = "sk-local-unused"

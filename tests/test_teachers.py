@@ -17,7 +17,8 @@ import pytest
 from genai_prices import Usage, calc_price
 
 from composer import teachers
-from composer.serve import cost, serve
+from composer.providers import cost
+from composer.serve import serve
 from composer.teachers import (
     OTHER,
     BudgetExceeded,

@@ -459,3 +459,14 @@ def test_load_traces_reads_every_kind_of_source(run_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="traces not found at .*nowhere: expected \"real\""):
         traces.load_traces(tmp_path / "nowhere")
     assert len(traces.load_traces("real")) == len(traces.import_real_traces())
+
+
+def test_preview_cuts_long_messages_and_token_arrays_saying_how_much(run_dir):
+    record = traces.import_mini_swe_agent(run_dir / "marshmallow-code__marshmallow-1343.traj.json")[3]
+    record = record.model_copy(update={"action": record.action.model_copy(
+        update={"token_ids": list(range(100)), "mask": [True] * 100, "logprobs": [-0.5] * 100})})
+    shown = traces.preview(record, chars=50, tokens=4)
+    assert shown["action"]["token_ids"] == [0, 1, 2, 3, "... [96 more]"] and shown["action"]["mask"][-1] == "... [96 more]"
+    long = [m["content"] for m in shown["state"]["messages"] if "more characters]" in m["content"]]
+    assert long and all(c.split(" ... [")[0] == c[:50] for c in long)
+    assert record.action.token_ids == list(range(100))  # the record itself is untouched

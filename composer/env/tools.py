@@ -29,13 +29,13 @@ to a file outside the repository).
 import difflib
 import os
 import stat
-import tempfile
 import time
 from pathlib import Path
 
 import re2
 
 from composer.env import sandbox
+from composer.files import write_atomic
 
 MAX_FILE_BYTES = 1_000_000
 LINE_CLIP = 200  # characters of a matching line that search shows
@@ -192,15 +192,6 @@ def _check_text(text: str, what: str, max_bytes: int) -> None:
         raise ToolError(f"{what} contains NUL bytes (binary content is not allowed)")
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write by rename: never through a hard link, never a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".edit-")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def edit(root: Path, path: str, start: int, end: int, new_text: str, *, max_bytes: int) -> str:
     """Replace lines start..end (1-based, inclusive) with new_text. end = start - 1 inserts before
     start; new_text "" deletes; start=1, end=0 on a missing file creates it."""
@@ -224,7 +215,7 @@ def edit(root: Path, path: str, start: int, end: int, new_text: str, *, max_byte
     out = "\n".join(result) + ("\n" if result else "")
     if len(out.encode("utf-8")) > MAX_FILE_BYTES:
         raise ToolError(f"the edit would make {path} larger than {MAX_FILE_BYTES} bytes")
-    _replace(target, out)
+    write_atomic(target, out)  # by rename: never through a hard link, never a half-written file
     lo, hi = max(start - 3, 1), min(start + len(new) + 2, len(result))
     shown = _numbered(result[lo - 1:hi], lo) if result else "(the file is now empty)"
     return f"{path}: replaced lines {start}-{end} with {len(new)} line(s); lines {lo}-{hi} now read:\n{shown}"
