@@ -318,3 +318,19 @@ def test_bench_dispatch(tmp_path, monkeypatch, capsys):
     assert "['--n', '3']" in capsys.readouterr().out
     assert cli.main(["bench", "nope"]) == 2
     assert capsys.readouterr().err == "error: unknown bench 'nope'; available: echo\n"
+
+
+def test_the_index_headline_is_the_criterion_that_decides_the_verdict(tmp_path):
+    prov = {"git_sha": "abc1234def", "git_dirty": False, "started_utc": "2026-12-01T00:00:00+00:00"}
+    rows = [{"name": "tests failed", "estimate": 0, "ci_low": 0, "ci_high": 0, "comparator": "<=", "threshold": 0,
+             "passed": True},
+            {"name": "overhead", "estimate": 1.5, "ci_low": 0.9, "ci_high": 2.0, "comparator": "<=", "threshold": 1.2,
+             "passed": None}]
+    for slug, criteria in (("005-x", rows), ("001-y", rows[:1])):
+        (tmp_path / f"{slug}.json").write_text(json.dumps({"spike": slug, "verdict": "V", "criteria": criteria,
+                                                           "backend": "offline", "profile": "report",
+                                                           "provenance": prov}))
+    run.write_index(tmp_path)
+    index = (tmp_path / "README.md").read_text()
+    assert "| 005-x | **V** | overhead: 1.5 [0.9, 2] <= 1.2: undecided | offline | report |" in index
+    assert "| 001-y | **V** | tests failed: 0 <= 0: pass |" in index
