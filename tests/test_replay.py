@@ -145,14 +145,14 @@ def test_budget_cap_stops_cleanly_and_is_never_exceeded(tokenizer, key, tmp_path
 
 
 def test_resume_after_kills_at_random_points_never_repays_a_stored_answer(tokenizer, key, tmp_path):
-    traces = synthetic_traces(3, 6)
+    traces = synthetic_traces(3, 10)  # 30 calls, 3 in flight: three kills after 1-3 new answers leave most to do
     script = """
 import asyncio, sys
 from composer import replay
 from composer.bench.replay import synthetic_traces
 from composer.teachers import TeacherSpec
 spec = TeacherSpec(name="t", model="openai/gpt-5", base_url=sys.argv[1], api_key_env="COMPOSER_TEST_KEY")
-asyncio.run(replay.replay(synthetic_traces(3, 6), [spec], sys.argv[2], budget_usd=5.0))
+asyncio.run(replay.replay(synthetic_traces(3, 10), [spec], sys.argv[2], budget_usd=5.0))
 """
     queries, store = tmp_path / replay.QUERIES_FILE, tmp_path / replay.STORE_FILE
 
@@ -163,9 +163,9 @@ asyncio.run(replay.replay(synthetic_traces(3, 6), [spec], sys.argv[2], budget_us
             return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     rng = random.Random(0)
-    with simulated(tokenizer, latency={"ttft_median_s": 0.15}) as server:
-        for _ in range(3):  # each run killed after 1-4 new answers, with a random delay on top
-            target = stored() + rng.randint(1, 4)
+    with simulated(tokenizer, latency={"ttft_median_s": 0.3}) as server:
+        for _ in range(3):  # each run killed after 1-3 new answers, with a random delay on top
+            target = stored() + rng.randint(1, 3)
             proc = subprocess.Popen([sys.executable, "-c", script, server.base_url, str(tmp_path)], cwd=ROOT,
                                     stderr=subprocess.DEVNULL)
             deadline = time.time() + 60
@@ -175,9 +175,9 @@ asyncio.run(replay.replay(synthetic_traces(3, 6), [spec], sys.argv[2], budget_us
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         before = replay.read_queries(queries)
-        assert stored() < 18, "the last kill came mid-run"
+        assert stored() < 30, "the last kill came mid-run"
         result = asyncio.run(replay.replay(traces, specs(server.base_url), tmp_path, budget_usd=5.0))
-    assert result.complete and len(result.records) == 18 and result.ledger["runs"] == 4
+    assert result.complete and len(result.records) == 30 and result.ledger["runs"] == 4
     assert {q.request_key for q in before if q.error_kind is None} <= {q.request_key for q in result.records if q.cached}
     with sqlite3.connect(result.store_path) as db:
         stored = db.execute("SELECT key, created FROM answers").fetchall()
