@@ -157,10 +157,11 @@ asyncio.run(replay.replay(synthetic_traces(3, 10), [spec], sys.argv[2], budget_u
     queries, store = tmp_path / replay.QUERIES_FILE, tmp_path / replay.STORE_FILE
 
     def stored() -> int:
-        if not store.exists():
+        try:
+            with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:  # WAL: readable while the run writes
+                return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+        except sqlite3.OperationalError:  # not created yet, or its tables not yet
             return 0
-        with sqlite3.connect(store) as db:  # WAL: readable while the run writes
-            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     rng = random.Random(0)
     with simulated(tokenizer, latency={"ttft_median_s": 0.3}) as server:
@@ -174,7 +175,8 @@ asyncio.run(replay.replay(synthetic_traces(3, 10), [spec], sys.argv[2], budget_u
             time.sleep(rng.uniform(0, 0.1))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        before = replay.read_queries(queries)
+        lines = queries.read_text(encoding="utf-8").splitlines(keepends=True)
+        before = [TeacherQuery.model_validate_json(line) for line in lines if line.endswith("\n")]  # a kill may tear one
         assert stored() < 30, "the last kill came mid-run"
         result = asyncio.run(replay.replay(traces, specs(server.base_url), tmp_path, budget_usd=5.0))
     assert result.complete and len(result.records) == 30 and result.ledger["runs"] == 4
