@@ -799,6 +799,8 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     seed+step+i so that it is another sample; a line says so once per endpoint, and `ignored_n(records)` names
     those endpoints afterwards (their samples at a step carry more than one request_key).
 
+    A request asked twice in one run (two rollouts sharing a state) is sent once.
+
     Resume: the cache is composer.teachers' Store in out_path's folder (replay.sqlite, the name 001's replay
     gives its own; the two never share a key), keyed by request (policy_request_key: teacher, the endpoint's
     optional "revision" (e.g. a checkpoint path), and the whole body). Each answer is stored the moment it is
@@ -834,9 +836,20 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
                 for tid, s in by_trace.items()}
         bar = tqdm(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
 
+        sending: dict[str, asyncio.Task] = {}
+
         async def post(name: str, body: dict, sample: int):
-            """One request, or its stored answer: (key, response or None, latency, cached, (error kind, message))."""
+            """One request, or its stored answer: (key, response or None, latency, cached, (error kind, message)).
+            A request already sent in this run (rollouts of one task share their first states, so their steps ask
+            the same thing) is not sent again: its answer is shared, and counted as cached (paid once)."""
             key = policy_request_key(name, endpoints[name].get("revision"), body)
+            if key in sending:
+                key, response, latency, _, failure = await sending[key]
+                return key, response, latency, response is not None, failure
+            sending[key] = asyncio.ensure_future(send(name, key, body, sample))
+            return await sending[key]
+
+        async def send(name: str, key: str, body: dict, sample: int):
             stored = store.answer(key) if resume else None
             if stored is not None:
                 return key, stored["response"], stored["latency_s"], True, None

@@ -569,6 +569,21 @@ def test_query_policy_teachers_resumes_from_its_store(tmp_path):
         assert len(sent) == 3 and not any(q.cached for q in fresh)
 
 
+def test_query_policy_teachers_sends_a_request_two_traces_share_once(tmp_path):
+    # two rollouts of one task: the same first state, then different ones
+    by_trace = {"A": [step("A", 0, 2, "ls"), step("A", 1, 2, "ls", history="a")],
+                "B": [step("B", 0, 2, "ls"), step("B", 1, 2, "ls", history="b")]}
+    with counting_server() as (url, sent):
+        records = asyncio.run(pairs.query_policy_teachers(by_trace, {"t": {"base_url": url, "model": "t"}},
+                                                          tmp_path / "q.jsonl", k=2))
+    assert len(sent) == 3  # not 4
+    first = {(q.trace_id, q.step): q for q in records if q.sample == 0}
+    assert first["A", 0].request_key == first["B", 0].request_key != first["B", 1].request_key
+    assert first["A", 0].distribution == first["B", 0].distribution
+    assert sorted(q.cached for q in records if q.step == 0) == [False, False, True, True]  # paid once
+    assert sample_counts(records) == {(tid, t, "t", i): 1 for tid in "AB" for t in range(2) for i in range(2)}
+
+
 KILLABLE_RUNS = """
 import asyncio, os, signal, sys, time, traceback
 from composer import pairs
