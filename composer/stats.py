@@ -6,11 +6,10 @@ Usage::
 
     stats.bootstrap_ci(per_task_pass1)                 # CI of the mean (BCa)
     stats.paired_bootstrap_diff(base, treated)         # CI of treated minus base
-    stats.two_level_bootstrap(diffs)                   # diffs: seeds x tasks matrix
-    stats.mcnemar_from_outcomes(base_ok, treated_ok)   # {"b", "c", "p_value"}
+    stats.crossed_t_interval(diffs)                    # diffs: seeds x tasks matrix, both random
     stats.wilson_interval(37, 50)                      # CI of a proportion
     stats.pass_at_k(n=20, c=3, k=5)                    # unbiased pass@k
-    stats.min_detectable_effect_paired_binary(500, discordance=0.2)
+    stats.t_detectable_effect(se, df)                  # 80% power at alpha 0.05
     stats.binomial_test(14, 20, p=0.5)                 # {"p_value", "estimate", ...}
 
 Every interval comes back as a `CI` (estimate, low, high, confidence, method, n);
@@ -29,6 +28,7 @@ import math
 import warnings
 
 import numpy as np
+import scipy.optimize
 import scipy.stats
 
 
@@ -41,7 +41,7 @@ class CI:
         low, high: interval bounds.
         confidence: nominal two-sided coverage, e.g. 0.95.
         method: how the interval was obtained: "BCa", "percentile", "basic",
-            "degenerate", "two-level percentile" or "wilson".
+            "degenerate", "crossed t (...)" or "wilson".
         n: number of observations behind the estimate.
     """
 
@@ -203,99 +203,6 @@ def paired_bootstrap_diff(a, b, statistic=np.mean, *, confidence=0.95, n_resampl
     return _make_ci(estimate, low, high, confidence, used, x.size)
 
 
-def two_level_bootstrap(scores, *, statistic=np.mean, confidence=0.95, n_resamples=2000,
-                        seed=0):
-    """Percentile CI that resamples both training seeds and tasks.
-
-    `scores[i, j]` is the score (e.g. a pass@1 difference) of training seed i on task j.
-    Each resample draws seeds with replacement, then tasks with replacement, and
-    evaluates `statistic` on all cells of the resampled matrix (the grand mean by
-    default). The interval so covers both a new training seed and a new task set.
-
-    Args:
-        scores: 2-D array-like, seeds x tasks, of finite numbers; at least 2 cells.
-        statistic: function of a 1-D array returning a scalar; it is applied to the
-            flattened (resampled) matrix.
-        confidence: two-sided coverage, in (0, 1).
-        n_resamples: number of bootstrap resamples.
-        seed: seed for `np.random.default_rng`.
-
-    Returns:
-        CI with estimate = statistic of all observed cells, method
-        "two-level percentile" and n = number of cells (seeds x tasks).
-    """
-    _check_unit_interval(confidence, "confidence")
-    x = _as_finite_array(scores, "scores", ndim=2)
-    if x.size < 2:
-        raise ValueError(f"two_level_bootstrap needs at least 2 cells, got shape {x.shape}")
-    if _check_count(n_resamples, "n_resamples") == 0:
-        raise ValueError("n_resamples must be positive, got 0")
-    n_seeds, n_tasks = x.shape
-    rng = np.random.default_rng(seed)
-    seed_idx = rng.integers(n_seeds, size=(n_resamples, n_seeds))
-    # One task draw per replicate, shared by all seeds: every seed was evaluated on the
-    # same tasks, so a task that is easy for one seed tends to be easy for all of them.
-    # Drawing tasks independently per seed would average that task effect away across
-    # seeds and give intervals that are too narrow.
-    task_idx = rng.integers(n_tasks, size=(n_resamples, n_tasks))
-    vectorized = _accepts_axis(statistic)
-    # Gather ~4M cells (32 MB) at a time so big matrices fit in memory. The indices are
-    # drawn above, in one go, so the chunk size does not change the result.
-    chunk = max(1, 2**22 // x.size)
-    dist = []
-    for start in range(0, n_resamples, chunk):
-        s = seed_idx[start:start + chunk, :, None]
-        t = task_idx[start:start + chunk, None, :]
-        cells = x[s, t].reshape(len(s), -1)
-        if vectorized:
-            dist.append(statistic(cells, axis=-1))
-        else:
-            dist.append([statistic(row) for row in cells])
-    dist = np.concatenate(dist)
-    alpha = 1 - confidence
-    # np.quantile's default "linear" rule is the one scipy's percentile method uses.
-    low, high = np.quantile(dist, [alpha / 2, 1 - alpha / 2])
-    return _make_ci(statistic(x.ravel()), low, high, confidence, "two-level percentile",
-                    x.size)
-
-
-def mcnemar_exact(b, c):
-    """Two-sided exact McNemar p-value from the discordant-pair counts.
-
-    Args:
-        b: number of pairs where A passes and B fails.
-        c: number of pairs where A fails and B passes.
-
-    Returns:
-        min(1, 2 * BinomCDF(min(b, c); b + c, 0.5)), the value of statsmodels'
-        `mcnemar(table, exact=True).pvalue`; 1.0 when b + c == 0, since without
-        discordant pairs there is no evidence either way.
-    """
-    b = _check_count(b, "b")
-    c = _check_count(c, "c")
-    if b + c == 0:
-        return 1.0
-    return float(min(1.0, 2 * scipy.stats.binom.cdf(min(b, c), b + c, 0.5)))
-
-
-def mcnemar_from_outcomes(a, b):
-    """Exact McNemar test from per-item pass/fail outcomes of systems A and B.
-
-    Args:
-        a, b: 1-D bool (or 0/1) arrays; a[i] and b[i] are the same item.
-
-    Returns:
-        dict(b=#(A passes, B fails), c=#(A fails, B passes), p_value=mcnemar_exact(b, c)).
-    """
-    x, y = _check_paired(a, b)
-    for name, v in (("a", x), ("b", y)):
-        if not np.all((v == 0) | (v == 1)):
-            raise ValueError(f"{name} must hold booleans or 0/1 values")
-    x, y = x.astype(bool), y.astype(bool)
-    n_b, n_c = int(np.sum(x & ~y)), int(np.sum(~x & y))
-    return dict(b=n_b, c=n_c, p_value=mcnemar_exact(n_b, n_c))
-
-
 def wilson_interval(successes, n, *, confidence=0.95):
     """Wilson score interval for a binomial proportion.
 
@@ -315,9 +222,11 @@ def wilson_interval(successes, n, *, confidence=0.95):
     denom = 1 + z**2 / n
     center = (p + z**2 / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
-    # The clip only removes rounding error at 0 or n successes (e.g. -1e-17).
-    return _make_ci(p, max(0.0, center - half), min(1.0, center + half), confidence,
-                    "wilson", n)
+    # At 0 (n) successes the bound is exactly 0 (1); computed, it can be 1e-17 (1 - 1e-16), which would leave
+    # the estimate outside its own interval.
+    low = 0.0 if successes == 0 else center - half
+    high = 1.0 if successes == n else center + half
+    return _make_ci(p, low, high, confidence, "wilson", n)
 
 
 def pass_at_k(n, c, k):
@@ -339,36 +248,103 @@ def pass_at_k(n, c, k):
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def min_detectable_effect_paired_binary(n_pairs, *, discordance, alpha=0.05, power=0.8):
-    """Minimum detectable difference in success rates for a paired binary design.
+def crossed_components(scores):
+    """Variance components of a seeds x tasks matrix whose seeds and tasks are both random draws.
 
-    For n_pairs items scored pass/fail under both conditions and compared with a
-    two-sided McNemar test at level alpha: the smallest |p_B - p_A| detected with the
-    given power, by the normal approximation
+    `scores[i, j]` is the score (e.g. a pass@1 difference) of training seed i on task j, modelled as
+    mean + seed_i + task_j + residual_ij with independent zero-mean terms: the two-way ANOVA without
+    replication, estimated by the method of moments (expected mean squares), a negative estimate set to 0 and
+    a seed variance whose F statistic is below the 75th percentile of its null distribution pooled (set to 0).
+    With one seed (or one task) that factor's variance cannot be estimated: it is reported as None and the
+    residual is folded into the other factor, so an interval built on it holds for this seed (these tasks) only.
 
-        MDE = (z_{1 - alpha/2} + z_{power}) * sqrt(discordance / n_pairs),
-
-    where discordance = p01 + p10 is the expected fraction of discordant pairs. This is
-    the paired-proportion sample-size formula of Connor (1987), "Sample size for testing
-    differences in proportions for the paired-sample design", Biometrics 43:207-211,
-
-        n = (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - delta^2))^2 / delta^2,
-
-    (psi = discordance, delta = effect) solved for delta after dropping the -delta^2
-    term; that makes the MDE slightly conservative (larger). With several training
-    seeds, the caller passes n_pairs = seeds x items, treating them as independent.
-
-    Since |p10 - p01| <= discordance, a result above `discordance` means that no effect
-    is detectable with n_pairs pairs.
+    Returns:
+        dict(seed=, task=, residual= variances, seeds=, tasks=).
     """
-    if not n_pairs > 0:
-        raise ValueError(f"n_pairs must be positive, got {n_pairs!r}")
-    if not 0 < discordance <= 1:
-        raise ValueError(f"discordance must be in (0, 1], got {discordance!r}")
+    x = _as_finite_array(scores, "scores", ndim=2)
+    seeds, tasks = x.shape
+    if x.size < 2:
+        raise ValueError(f"crossed_components needs at least 2 cells, got shape {x.shape}")
+    if seeds == 1 or tasks == 1:
+        one_way = float(np.var(x, ddof=1))
+        return dict(seed=None if seeds == 1 else one_way, task=None if tasks == 1 else one_way, residual=0.0,
+                    seeds=seeds, tasks=tasks)
+    grand = x.mean()
+    by_seed, by_task = x.mean(axis=1), x.mean(axis=0)
+    ms_seed = tasks * np.sum((by_seed - grand) ** 2) / (seeds - 1)
+    ms_task = seeds * np.sum((by_task - grand) ** 2) / (tasks - 1)
+    residual = np.sum((x - by_seed[:, None] - by_task[None, :] + grand) ** 2) / ((seeds - 1) * (tasks - 1))
+    # Few seeds give the seed mean square few df, and it is mostly residual noise: read as a seed variance it
+    # would make the interval's df ~ seeds - 1 when there is none. Bancroft's preliminary test pools it: below
+    # the 75th percentile of its F distribution under no seed effect, the seed variance is taken as 0. Coverage
+    # by simulation: tests/test_ab.py.
+    pooled = ms_seed < scipy.stats.f.ppf(0.75, seeds - 1, (seeds - 1) * (tasks - 1)) * residual
+    return dict(seed=0.0 if pooled else float(max(0.0, (ms_seed - residual) / tasks)),
+                task=float(max(0.0, (ms_task - residual) / seeds)), residual=float(residual), seeds=seeds, tasks=tasks)
+
+
+def crossed_standard_error(components, seeds=None, tasks=None):
+    """Standard error of the grand mean of a seeds x tasks design and its Satterthwaite degrees of freedom.
+
+    Var(mean) = seed / seeds + task / tasks + residual / (seeds * tasks), written as a combination of the
+    design's expected mean squares (residual + tasks * seed on seeds - 1 df, residual + seeds * task on
+    tasks - 1 df, residual on their product) so that Satterthwaite's rule gives its degrees of freedom. With
+    few seeds and a real seed variance the df are close to seeds - 1: the t quantile, not the normal one, is
+    what keeps the interval's coverage. `seeds`, `tasks`: another design to project onto (default: the
+    components' own), e.g. for a power calculation.
+
+    Returns:
+        (standard error, degrees of freedom); (0.0, inf) when every component is 0.
+    """
+    seeds, tasks = seeds or components["seeds"], tasks or components["tasks"]
+    seed, task, residual = (components[k] or 0.0 for k in ("seed", "task", "residual"))
+    terms = []  # (coefficient, expected mean square, its df); a factor estimated at 0 adds only residual
+    if seed > 0:
+        terms.append((1, residual + tasks * seed, seeds - 1))
+    if task > 0:
+        terms.append((1, residual + seeds * task, tasks - 1))
+    if len(terms) == 2:
+        terms.append((-1, residual, (seeds - 1) * (tasks - 1)))
+    terms = terms or [(1, residual, (seeds - 1) * (tasks - 1))]
+    combined = sum(c * m for c, m, _ in terms)
+    if combined <= 0:
+        return 0.0, math.inf
+    df = combined ** 2 / sum(m ** 2 / df for _, m, df in terms)
+    variance = combined / (seeds * tasks)
+    return float(math.sqrt(variance)), float(df)
+
+
+def crossed_t_interval(scores, *, confidence=0.95):
+    """t interval for the grand mean of a seeds x tasks matrix, seeds and tasks both random (see
+    `crossed_components` and `crossed_standard_error`): it covers the mean over new training seeds and a new
+    task set at its nominal level with as few as 3 seeds, where a bootstrap over 3 seeds cannot (it sees at
+    most 10 distinct seed draws and undercovers). Method "crossed t (Satterthwaite df=...)"; one seed or one
+    task gives an interval conditional on it ("conditional on 1 seed")."""
+    _check_unit_interval(confidence, "confidence")
+    x = _as_finite_array(scores, "scores", ndim=2)
+    components = crossed_components(x)
+    se, df = crossed_standard_error(components)
+    half = scipy.stats.t.ppf(1 - (1 - confidence) / 2, df) * se if se > 0 else 0.0
+    condition = "; conditional on 1 seed" if x.shape[0] == 1 else "; conditional on 1 task" if x.shape[1] == 1 else ""
+    return _make_ci(x.mean(), x.mean() - half, x.mean() + half, confidence,
+                    f"crossed t (Satterthwaite df={df:.1f}{condition})", x.size)
+
+
+def t_detectable_effect(se, df, *, alpha=0.05, power=0.8):
+    """The smallest true mean a two-sided t interval of level 1 - alpha with this standard error and df
+    excludes 0 with probability `power`: se * delta, delta the noncentrality at which the t statistic
+    exceeds its critical value with that probability (scipy.stats.nct; the far tail is ignored); 0 when se is 0."""
     _check_unit_interval(alpha, "alpha")
     _check_unit_interval(power, "power")
-    z = scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power)
-    return float(z * math.sqrt(discordance / n_pairs))
+    if not se >= 0 or not df > 0:
+        raise ValueError(f"need se >= 0 and df > 0, got se={se!r}, df={df!r}")
+    if se == 0:  # no variance: any effect is detected
+        return 0.0
+    critical = scipy.stats.t.ppf(1 - alpha / 2, df)
+    if math.isinf(df):
+        return float(se * (critical + scipy.stats.norm.ppf(power)))
+    delta = scipy.optimize.brentq(lambda d: scipy.stats.nct.sf(critical, df, d) - power, 0.0, critical + 50)
+    return float(se * delta)
 
 
 def binomial_test(successes, n, p=0.5, alternative="greater", *, confidence=0.95):

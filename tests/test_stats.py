@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import scipy.special
 import scipy.stats
-from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
 from composer import stats
@@ -161,44 +160,59 @@ def test_paired_diff_bad_input(a, b, match):
         stats.paired_bootstrap_diff(a, b)
 
 
-# --- two_level_bootstrap ----------------------------------------------------------------
+# --- crossed_components, crossed_standard_error, crossed_t_interval ---------------------
+
+# 3 seeds x 3 tasks: seed effects 0, 3, 6, task effects 0, 1, 2, and a residual pattern whose row and column means
+# are 0. By hand: seed means 1, 4, 7 -> MS_seed = 3 * 18 / 2 = 27; task means 3, 4, 5 -> MS_task = 3 * 2 / 2 = 3;
+# residual SS = 4 * 0.01 on 4 df -> MS_res = 0.01.
+CROSSED = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 8]], float) + np.array([[.1, -.1, 0], [-.1, .1, 0], [0, 0, 0]])
 
 
-def test_two_level_shares_the_task_draw_across_seeds():
-    # Pure task effect: both seeds score [1, 0]. With one task draw shared by the seeds,
-    # the grand mean is the mean of 2 tasks drawn from {1, 0}: 0, .5, 1 w.p. 1/4, 1/2,
-    # 1/4, so the 20%/80% quantiles (confidence 0.6) are 0 and 1. Independent task
-    # draws per seed would average two such means: P(0) = 1/16, P(.25) = 4/16, giving
-    # quantiles 0.25 and 0.75 instead.
-    ci = stats.two_level_bootstrap([[1, 0], [1, 0]], confidence=0.6)
-    assert (ci.estimate, ci.low, ci.high) == (0.5, 0.0, 1.0)
-    assert ci.method == "two-level percentile" and ci.n == 4
+def test_crossed_components_hand_computed():
+    c = stats.crossed_components(CROSSED)
+    assert c["seed"] == pytest.approx((27 - 0.01) / 3) and c["task"] == pytest.approx((3 - 0.01) / 3)
+    assert c["residual"] == pytest.approx(0.01) and (c["seeds"], c["tasks"]) == (3, 3)
+    se, df = stats.crossed_standard_error(c)
+    # Var(mean) = (MS_seed + MS_task - MS_res) / 9; Satterthwaite: 29.99^2 / (27^2/2 + 3^2/2 + 0.01^2/4)
+    assert se == pytest.approx(math.sqrt(29.99 / 9)) and df == pytest.approx(29.99 ** 2 / (364.5 + 4.5 + 0.000025))
+    ci = stats.crossed_t_interval(CROSSED)
+    half = scipy.stats.t.ppf(0.975, df) * se
+    assert (ci.estimate, ci.low, ci.high) == pytest.approx((4.0, 4.0 - half, 4.0 + half))
+    assert ci.method == "crossed t (Satterthwaite df=2.4)" and ci.n == 9
 
 
-def test_two_level_resamples_seeds():
-    # Pure seed effect: seed 0 scores 1 everywhere, seed 1 scores 0. The grand mean is
-    # the fraction of seed-0 draws among 2: 0, .5, 1 w.p. 1/4, 1/2, 1/4 -> (0, 1) at 0.6.
-    ci = stats.two_level_bootstrap([[1, 1], [0, 0]], confidence=0.6)
-    assert (ci.estimate, ci.low, ci.high) == (0.5, 0.0, 1.0)
+def test_crossed_components_recover_known_variances():
+    rng = np.random.default_rng(0)
+    x = 1 + rng.normal(0, 0.3, (300, 1)) + rng.normal(0, 0.2, (1, 400)) + rng.normal(0, 0.5, (300, 400))
+    c = stats.crossed_components(x)
+    assert (c["seed"], c["task"], c["residual"]) == pytest.approx((0.09, 0.04, 0.25), rel=0.2)
 
 
-def test_two_level_constant_and_seeded():
-    assert stats.two_level_bootstrap(np.full((3, 4), 0.25)).as_dict() == dict(
-        estimate=0.25, low=0.25, high=0.25, confidence=0.95,
-        method="two-level percentile", n=12)
-    x = np.random.default_rng(0).normal(size=(3, 20))
-    a = stats.two_level_bootstrap(x, n_resamples=300, seed=1)
-    assert a == stats.two_level_bootstrap(x, n_resamples=300, seed=1)
-    assert a != stats.two_level_bootstrap(x, n_resamples=300, seed=2)
-    assert a.low < x.mean() < a.high
+def test_a_seed_mean_square_within_noise_is_pooled():
+    # seed means exactly equal: MS_seed = 0, below the 75th percentile of F(2, 78) times MS_res
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 1, (3, 40))
+    x -= x.mean(axis=1, keepdims=True)
+    c = stats.crossed_components(x)
+    assert c["seed"] == 0.0 and c["residual"] > 0
+    assert stats.crossed_standard_error(c)[1] > 20  # the df are the residual's and the tasks', not 2
 
 
-def test_two_level_unvectorized_statistic_matches_vectorized():
-    x = np.random.default_rng(0).normal(size=(3, 7))
-    vec = stats.two_level_bootstrap(x, statistic=np.median, n_resamples=200)
-    loop = stats.two_level_bootstrap(x, statistic=lambda v: np.median(v), n_resamples=200)
-    assert vec == loop
-    assert vec.estimate == np.median(x)
+def test_crossed_interval_with_one_seed_is_the_t_interval_over_tasks():
+    x = [[0.0, 1.0, 1.0, 0.0, 1.0]]
+    ci = stats.crossed_t_interval(x)
+    low, high = scipy.stats.t.interval(0.95, 4, loc=0.6, scale=scipy.stats.sem(x[0]))
+    assert (ci.low, ci.high) == pytest.approx((low, high)) and ci.method.endswith("conditional on 1 seed)")
+    assert stats.crossed_components(x)["seed"] is None
+
+
+def test_crossed_projection_and_degenerate_input():
+    c = stats.crossed_components(CROSSED)
+    more = stats.crossed_standard_error(c, seeds=30, tasks=300)
+    assert more[0] < stats.crossed_standard_error(c)[0] and more[1] > 2.4
+    assert stats.crossed_standard_error(stats.crossed_components(np.full((3, 4), 0.25))) == (0.0, math.inf)
+    ci = stats.crossed_t_interval(np.full((3, 4), 0.25))
+    assert (ci.estimate, ci.low, ci.high) == (0.25, 0.25, 0.25)
 
 
 @pytest.mark.parametrize("scores, kwargs, match", [
@@ -207,55 +221,26 @@ def test_two_level_unvectorized_statistic_matches_vectorized():
     ([[1.0]], {}, "at least 2"),
     ([[1.0, np.nan]], {}, "NaN"),
     ([[1.0, 2.0]], {"confidence": 1.0}, "confidence"),
-    ([[1.0, 2.0]], {"n_resamples": 0}, "n_resamples"),
 ])
-def test_two_level_bad_input(scores, kwargs, match):
+def test_crossed_bad_input(scores, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        stats.two_level_bootstrap(scores, **kwargs)
+        stats.crossed_t_interval(scores, **kwargs)
 
 
-# --- McNemar ----------------------------------------------------------------------------
+# --- t_detectable_effect ----------------------------------------------------------------
 
 
-def test_mcnemar_exact_hand_computed():
-    # b=0, c=5: 2 * P(X <= 0), X ~ Binom(5, .5) = 2 / 32.
-    assert stats.mcnemar_exact(0, 5) == pytest.approx(0.0625)
-    # b=1, c=4: 2 * (1 + 5) / 32 = 0.375.
-    assert stats.mcnemar_exact(4, 1) == pytest.approx(0.375)
-    # b=c: 2 * P(X <= 3), X ~ Binom(6, .5) = 2 * 42/64 > 1 -> capped at 1.
-    assert stats.mcnemar_exact(3, 3) == 1.0
-    assert stats.mcnemar_exact(0, 0) == 1.0
-
-
-def test_mcnemar_exact_matches_statsmodels():
-    for b in range(0, 15, 2):
-        for c in range(0, 25, 3):
-            if b + c == 0:
-                continue
-            ref = mcnemar([[7, b], [c, 4]], exact=True).pvalue
-            assert stats.mcnemar_exact(b, c) == pytest.approx(ref, rel=1e-12), (b, c)
-
-
-def test_mcnemar_from_outcomes_counts():
-    a = np.array([1, 1, 1, 0, 0, 1, 0], dtype=bool)
-    b = np.array([0, 0, 1, 1, 0, 0, 0], dtype=bool)
-    # A-pass/B-fail at items 0, 1, 5 -> b=3; A-fail/B-pass at item 3 -> c=1;
-    # p = 2 * P(Binom(4, .5) <= 1) = 2 * 5/16.
-    assert stats.mcnemar_from_outcomes(a, b) == dict(b=3, c=1, p_value=0.625)
-    assert stats.mcnemar_from_outcomes(a.astype(int), b.astype(int))["b"] == 3
-
-
-@pytest.mark.parametrize("call, match", [
-    (lambda: stats.mcnemar_exact(-1, 2), "non-negative integer"),
-    (lambda: stats.mcnemar_exact(1.5, 2), "non-negative integer"),
-    (lambda: stats.mcnemar_from_outcomes([True, False], [True]), "same length"),
-    (lambda: stats.mcnemar_from_outcomes([], []), "empty"),
-    (lambda: stats.mcnemar_from_outcomes([1, 2], [0, 1]), "0/1"),
-    (lambda: stats.mcnemar_from_outcomes([1, np.nan], [0, 1]), "NaN"),
-])
-def test_mcnemar_bad_input(call, match):
-    with pytest.raises(ValueError, match=match):
-        call()
+def test_t_detectable_effect():
+    # infinite df: the normal formula (1.959964 + 0.841621) * se
+    assert stats.t_detectable_effect(0.1, math.inf) == pytest.approx((Z95 + Z80) * 0.1, rel=1e-9)
+    for df in (2, 5.5, 40):
+        mde = stats.t_detectable_effect(0.1, df)
+        assert scipy.stats.nct.sf(scipy.stats.t.ppf(0.975, df), df, mde / 0.1) == pytest.approx(0.8)
+        assert mde > (Z95 + Z80) * 0.1  # few df need a bigger effect
+    assert stats.t_detectable_effect(0.0, math.inf) == 0.0
+    for se, df, match in [(-1, 3, "se >= 0"), (0.1, 0, "df > 0"), (np.nan, 3, "se >= 0")]:
+        with pytest.raises(ValueError, match=match):
+            stats.t_detectable_effect(se, df)
 
 
 # --- wilson_interval --------------------------------------------------------------------
@@ -279,6 +264,14 @@ def test_wilson_matches_statsmodels():
         ci = stats.wilson_interval(successes, n, confidence=conf)
         ref = proportion_confint(successes, n, alpha=1 - conf, method="wilson")
         assert (ci.low, ci.high) == pytest.approx(ref, abs=1e-12), (successes, n, conf)
+
+
+def test_wilson_keeps_the_estimate_inside_at_0_and_n_successes():
+    for n in range(1, 300):
+        for confidence in (0.8, 0.95, 0.99):
+            none, every = stats.wilson_interval(0, n, confidence=confidence), stats.wilson_interval(n, n,
+                                                                                                  confidence=confidence)
+            assert none.low == 0.0 == none.estimate and every.high == 1.0 == every.estimate, (n, confidence)
 
 
 @pytest.mark.parametrize("successes, n, kwargs, match", [
@@ -320,39 +313,6 @@ def test_pass_at_k_matches_binomial_formula():
 def test_pass_at_k_bad_input(n, c, k, match):
     with pytest.raises(ValueError, match=match):
         stats.pass_at_k(n, c, k)
-
-
-# --- min_detectable_effect_paired_binary ------------------------------------------------
-
-
-def test_mde_hand_computed():
-    # (1.959964 + 0.841621) * sqrt(0.2 / 100) = 2.801585 * 0.0447214 = 0.1252907.
-    mde = stats.min_detectable_effect_paired_binary(100, discordance=0.2)
-    assert mde == pytest.approx(0.1252907, abs=1e-7)
-    assert mde == pytest.approx((Z95 + Z80) * math.sqrt(0.002), rel=1e-12)
-    # Four times the pairs halves the MDE.
-    assert stats.min_detectable_effect_paired_binary(400, discordance=0.2) == pytest.approx(
-        mde / 2)
-
-
-def test_mde_is_conservative_against_connor():
-    # Connor (1987) keeps the -delta^2 term: the n it needs for our MDE must be <= n_pairs.
-    for n_pairs, psi in [(100, 0.2), (50, 0.5), (1000, 0.05)]:
-        delta = stats.min_detectable_effect_paired_binary(n_pairs, discordance=psi)
-        connor_n = (Z95 * math.sqrt(psi) + Z80 * math.sqrt(psi - delta**2))**2 / delta**2
-        assert n_pairs * 0.9 < connor_n <= n_pairs
-
-
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(n_pairs=0, discordance=0.2), "n_pairs"),
-    (dict(n_pairs=10, discordance=0.0), "discordance"),
-    (dict(n_pairs=10, discordance=0.2, alpha=1.0), "alpha"),
-    (dict(n_pairs=10, discordance=0.2, power=0.0), "power"),
-])
-def test_mde_bad_input(kwargs, match):
-    n_pairs = kwargs.pop("n_pairs")
-    with pytest.raises(ValueError, match=match):
-        stats.min_detectable_effect_paired_binary(n_pairs, **kwargs)
 
 
 # --- binomial_test ----------------------------------------------------------------------
