@@ -25,6 +25,7 @@ The rule (issue 7): VALIDATED when the estimate is at least `min_effect` (2 poin
 low end is above 0; INVALIDATED when the interval's high end is below `min_effect`; else INCONCLUSIVE.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -58,10 +59,27 @@ def verdict(estimate: float, low: float, high: float, min_effect: float = MIN_EF
     return report.decide_verdict([gate(estimate, low, high, min_effect)])
 
 
+def detected(diff: dict) -> bool:
+    """Whether a difference's interval (a CI dict) is above 0: the design saw an effect."""
+    return diff["low"] > 0
+
+
+def read_after_positive_control(criterion: report.Criterion, positive: dict | None,
+                                label: str = "the positive control") -> report.Criterion:
+    """The treatment's criterion, left undecided when the design did not detect the positive control (arm B+,
+    trained on pairs known to be informative; `positive`: its difference against the reference, a CI dict): a
+    design that cannot see a known effect says nothing about the treatment, whatever its interval. None: no
+    positive control in the design, the criterion as it is."""
+    if positive is None or detected(positive):
+        return criterion
+    interval = f"{positive['estimate']:+.3f} [{positive['low']:+.3f}, {positive['high']:+.3f}]"
+    return dataclasses.replace(criterion, undecided_why=f"the design did not detect {label} ({interval})")
+
+
 def zero_discordance_interval(n_cells: int, confidence: float = 0.95) -> stats.CI:
-    """The interval of B - A when no (seed, task) cell differs between the arms, where a bootstrap collapses to
-    [0, 0]: |mean difference| <= the share of discordant cells, whose exact (Clopper-Pearson) upper bound at 0
-    of n is 1 - ((1 - confidence) / 2) ** (1 / n)."""
+    """The interval of B - A when no (seed, task) cell differs between the arms, where every variance estimate is 0
+    and a t interval would be [0, 0]: |mean difference| <= the share of discordant cells, whose exact
+    (Clopper-Pearson) upper bound at 0 of n is 1 - ((1 - confidence) / 2) ** (1 / n)."""
     bound = 1 - ((1 - confidence) / 2) ** (1 / n_cells)
     return stats.CI(0.0, -bound, bound, confidence, "zero discordant cells: exact bound", n_cells)
 
@@ -162,6 +180,9 @@ def design_line(result: dict) -> str:
     if result["verdict"] != "INCONCLUSIVE":
         return f"decided ({result['verdict']}) at {result['seeds']} seeds x {result['tasks']} tasks"
     effect, options = result["min_effect"], []
+    if result["components"] is None:  # no cell differed: the exact bound, not a power calculation
+        return (f"{result['tasks_needed']} tasks per seed at {result['seeds']} seeds would bound |B - A| under "
+                f"{effect:.2f} if still no cell differed")
     if result["tasks_needed"]:
         options.append(f"{result['tasks_needed']} tasks per seed at {result['seeds']} seeds")
     if result["seeds_needed"]:

@@ -125,12 +125,35 @@ def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict
     return {"path": str(folder / "pairs"), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))}
 
 
+def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, max_new_tokens: int, env: EnvConfig,
+           seed: int = 0) -> list[int]:
+    """Successes in `n` sampled rollouts of the student on each task (policies.evaluate at GRPO's temperature),
+    measured once: cached under run_dir/inputs/screen-<hash of everything that determines them>. GRPO learns only
+    from a group whose rewards differ, so 004 can train on the tasks whose success rate is strictly between 0
+    and 1 (the evaluation's sampler stands in for TRL's; the report shows the groups that had a signal)."""
+    from composer import policies
+    from composer.zoo import versions
+
+    def build(tmp: Path):
+        _, runs = policies.evaluate(student, tasks, k=1, n=n, temperature=temperature, seed=seed, env_config=env,
+                                    max_new_tokens=max_new_tokens, return_rollouts=True)
+        successes = [sum(reward == 1.0 for _, _, reward, _ in runs[i * n:(i + 1) * n]) for i in range(len(tasks))]
+        (tmp / "result.json").write_text(json.dumps({"successes": successes}), encoding="utf-8")
+
+    key = config_hash(student=Path(student).name, tasks=_records_key(tasks), n=n, temperature=temperature,
+                      max_new_tokens=max_new_tokens, env=dataclasses.asdict(env), seed=seed, **versions())
+    return read(publish(Path(run_dir) / "inputs" / f"screen-{key}", build))["successes"]
+
+
 def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     """The notebook's parameters (see notebooks/004-*.ipynb) -> (Plan, about), for the notebook and the
     benchmark. The zoo profile's student, train and test splits; the pairs: 003's (pairs/ and shuffled/ under
-    p["pairs_dir"]) or, when it is "" or missing, oracle pairs from p["oracle_pairs"] train tasks and their shuffled control.
-    Refuses a control of another size than B's pairs, and pairs from test tasks. about: pairs_source, inputs
-    ({name: prepare_pairs' dict}), oracle (bool), zoo profile, student path."""
+    p["pairs_dir"]) or, when it is "" or missing, oracle pairs from p["oracle_pairs"] train tasks and their
+    shuffled control; "expert": pairs.expert_pairs on the train split, as many as B's (the positive control's).
+    With p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds strictly
+    between 0 and 1. Refuses a control of another size than B's pairs, and pairs from test tasks. about:
+    pairs_source, inputs ({name: prepare_pairs' dict}), oracle (bool), zoo profile, student path, screened (None,
+    or the screened task_ids, successes, samples and how many were kept)."""
     from composer import pairs, zoo
     from composer.env.environment import tool_schemas
     from composer.paths import ROOT
@@ -143,6 +166,8 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     student = zoo.model(profile, "student")
     train, test = zoo.split_tasks(profile, "train"), zoo.split_tasks(profile, "test")
     test = test[:p["n_test"]] if p["n_test"] else test
+    env = dataclasses.replace(profile.env, max_steps=p["env_max_steps"])
+    max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
     source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
     oracle = not (p["pairs_dir"] and (source / "pairs").is_dir() and (source / "shuffled").is_dir())
     if oracle:
@@ -158,11 +183,20 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
         keys = {name: config_hash(text=(source / f"{name}.jsonl").read_text(encoding="utf-8")) for name in made}
         pairs_source = f"003's pairs ({p['pairs_dir']})"
     needed = sorted({a.get("pairs") for a in p["arms"].values() if a.get("trace_replay_weight", 0) > 0} - {None})
-    unknown = [n for n in needed if n not in made]
+    unknown = [n for n in needed if n not in [*made, "expert"]]
     if unknown:
-        raise ValueError(f"arms ask for pairs {unknown}; there are {sorted(made)}")
+        raise ValueError(f"arms ask for pairs {unknown}; there are {sorted([*made, 'expert'])}")
     inputs = {name: prepare_pairs(run_dir, name, made[name], student=student, source_key=keys[name])
-              for name in needed}
+              for name in needed if name != "expert"}
+    if "expert" in needed:  # the positive control: known-informative pairs, as many as B's
+        if "pairs" not in inputs:
+            raise ValueError("the 'expert' pairs (the positive control's) are as many as B's: an arm must train on "
+                             "'pairs'")
+        count = inputs["pairs"]["rows"]
+        inputs["expert"] = prepare_pairs(
+            run_dir, "expert", lambda: pairs.to_dataset(
+                pairs.expert_pairs(train, student, count=count, max_new_tokens=max_new_tokens), tool_schemas()),
+            student=student, source_key=config_hash(expert=count, train=_records_key(train), tokens=max_new_tokens))
     for name, info in inputs.items():
         if info["rows"] == 0:
             raise ValueError(f"the {name} dataset has no pair the student's context can hold "
@@ -174,6 +208,19 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     leaked = sorted({t for info in inputs.values() for t in pairs.load(info["path"])["task_id"]} & test_ids)
     if leaked:
         raise ValueError(f"pairs come from test tasks ({leaked[:3]}): the evaluation would not be held out")
+    screened = None
+    if p["screen_tasks"]:
+        candidates = train[:p["screen_tasks"]]
+        successes = screen(student, candidates, run_dir, n=p["generations"], temperature=p["temperature"],
+                           max_new_tokens=max_new_tokens, env=env, seed=p["seed"])
+        train = [t for t, c in zip(candidates, successes) if 0 < c < p["generations"]]
+        screened = {"task_ids": [t["instance_id"] for t in candidates], "successes": successes,
+                    "samples": p["generations"], "kept": len(train)}
+        per_seed = p["steps"] * p["prompts_per_step"]
+        if len(train) < per_seed:
+            raise ValueError(f"{len(train)} of {len(candidates)} screened train tasks succeed in some but not all of "
+                             f"{p['generations']} rollouts at temperature {p['temperature']}; a seed trains on "
+                             f"{per_seed}: screen more (screen_tasks) or change the temperature")
     plan = Plan(
         student=student, train=train, test=test, arms=p["arms"], seeds=p["seeds"],
         pairs={name: info["path"] for name, info in inputs.items()},
@@ -181,11 +228,11 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
                   max_completion_length=p["max_completion_length"],
                   max_tool_calling_iterations=p["max_tool_calling_iterations"], temperature=p["temperature"],
                   learning_rate=p["learning_rate"], **p["trainer_config"]),
-        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"],
-                        max_new_tokens=p["max_new_tokens"] or profile.max_new_tokens, seed=p["seed"]),
-        env=dataclasses.replace(profile.env, max_steps=p["env_max_steps"]))
+        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=max_new_tokens,
+                        seed=p["seed"]),
+        env=env)
     return plan, {"pairs_source": pairs_source, "inputs": inputs, "oracle": oracle, "profile": profile,
-                  "student": student}
+                  "student": student, "screened": screened}
 
 
 def seed_tasks(plan: Plan, seed: int) -> list[dict]:

@@ -101,8 +101,8 @@ def _topk_with_tail(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
         tail = torch.logsumexp(logits.scatter(-1, index, float("-inf")), dim=-1, keepdim=True)
         return torch.cat([picked, tail], dim=-1) - torch.logsumexp(logits, dim=-1, keepdim=True)
 
-    return compute_divergence(with_tail(student_logits, top), with_tail(teacher_logits, teacher_logits.gather(-1, index)),
-                              divergence)
+    student, teacher = with_tail(student_logits, top), with_tail(teacher_logits, teacher_logits.gather(-1, index))
+    return compute_divergence(student, teacher, divergence)
 
 
 def _sampled_token_reverse_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:

@@ -1020,6 +1020,48 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
     return out
 
 
+def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: int = 160) -> list[dict]:
+    """004's positive control: pairs known to be informative, as many as B's (`count`). Along the scripted
+    expert's shortest demonstration of each task, in order, at every state where the student's greedy next
+    action differs from the expert's: chosen = the expert's action, rejected = the student's (its text as
+    generated when it is no well-formed call). Rule "expert", margin 1.0; fewer than `count` when the tasks
+    run out (the caller says so)."""
+    from composer import policies
+    from composer.env.environment import CodingEnv
+    from composer.models import load_model, load_tokenizer
+
+    model, tokenizer = load_model(student), load_tokenizer(student)
+    model.eval()
+    env = CodingEnv(instances, policies.ENV_CONFIG)
+    out = []
+    try:
+        for instance in instances:
+            messages, _, _ = policies.demonstrate(env, instance)
+            for at in [i for i, m in enumerate(messages) if m["role"] == "assistant"]:
+                prompt = prompt_messages(messages[:at])
+                call = messages[at]["tool_calls"][0]["function"]
+                expert = (call["name"], json.loads(call["arguments"]) if isinstance(call["arguments"], str)
+                          else call["arguments"])
+                text = policies.next_turn(model, tokenizer, messages[:at], max_new_tokens=max_new_tokens)
+                parsed = policies.parse_tool_call(text)
+                chosen_action = canonical_tool_call(*expert)
+                rejected_action = canonical_tool_call(*parsed) if parsed else text
+                if rejected_action == chosen_action:
+                    continue
+                out.append({"pair_id": pair_id(prompt, chosen_action, rejected_action),
+                            "trace_id": f"{instance['instance_id']}#expert", "step": at // 2 - 1,
+                            "task_id": instance["instance_id"], "rule": "expert", "control": None, "prompt": prompt,
+                            "chosen": render_action(chosen_action, expert),
+                            "rejected": render_action(rejected_action, parsed) if parsed else text,
+                            "chosen_action": chosen_action, "rejected_action": rejected_action,
+                            "student_action": rejected_action, "margin": 1.0})
+                if len(out) == count:
+                    return out
+    finally:
+        env.close()
+    return out
+
+
 def oracle_pairs(instances: list[dict], *, seed: int = 0) -> list[dict]:
     """Pairs whose preference is known, standing in for 003's when its output is not there (004's smoke
     default): at the state where the scripted expert edits (after run_tests and view), chosen = its gold edit,

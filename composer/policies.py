@@ -239,6 +239,13 @@ def generate_turn(model, tokenizer, ids: list[int], cache: DynamicCache, *, temp
     return new
 
 
+def next_turn(model, tokenizer, messages: list[dict], *, max_new_tokens: int = 160) -> str:
+    """The model's greedy next assistant message after `messages`, as text (its tool call not parsed)."""
+    new = generate_turn(model, tokenizer, _prompt_ids(tokenizer, messages), DynamicCache(), temperature=0.0,
+                        max_new_tokens=max_new_tokens)
+    return tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>")
+
+
 def rollout(model, tokenizer, env: CodingEnv, instance: dict, *, max_steps: int = 10, temperature: float = 0.0,
             seed: int = 0, max_new_tokens: int = 160, system: str = SYSTEM) -> tuple[list[dict], float, dict]:
     """Run the model on `instance` until the episode ends or max_steps turns: (messages, reward, info).

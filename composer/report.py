@@ -49,6 +49,7 @@ import psutil
 from IPython.display import Image, display, update_display
 from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from composer.paths import REPORTS, ROOT
 
@@ -452,15 +453,18 @@ def decision_plot(criteria) -> Figure:
     return fig
 
 
-def interval_plot(rows, *, xlabel, title, method, seed, threshold=None) -> Figure:
+def interval_plot(rows, *, xlabel, title, method, seed, threshold=None, null=None) -> Figure:
     """rows: (label, estimate, low, high, n) per line; points with interval whiskers, rliable style; a criterion's
-    threshold as a dashed line when given."""
+    threshold as a dashed line and its null (no difference) as a dotted one, when given."""
     fig = Figure(figsize=(6.4, 1.6 + 0.5 * len(rows)), layout="constrained")
     ax = fig.add_subplot()
     for i, (label, estimate, low, high, n) in enumerate(rows):
         ax.errorbar(estimate, i, xerr=[[estimate - low], [high - estimate]], fmt="o", capsize=4, color=f"C{i}")
+    if null is not None:
+        ax.axvline(null, color="#24292f", linestyle=":", linewidth=1, label=f"no difference ({null:g})")
     if threshold is not None:
         ax.axvline(threshold, color="#24292f", linestyle="--", linewidth=1, label=f"gate {threshold:g}")
+    if threshold is not None or null is not None:
         ax.legend(loc="best", fontsize="small")
     ax.set_yticks(range(len(rows)), [f"{label} (n={n})" for label, *_, n in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
@@ -486,9 +490,11 @@ def ecdf_plot(samples_by_label, *, xlabel, title) -> Figure:
 
 
 def curves_plot(x, curves_by_label, *, bands_by_label=None, xlabel, ylabel, title) -> Figure:
-    """Lines over x, each with an optional (low, high) band."""
+    """Lines over x, each with an optional (low, high) band; integer x (steps) gets integer ticks."""
     fig = Figure(figsize=(6.4, 4), layout="constrained")
     ax = fig.add_subplot()
+    if all(float(v).is_integer() for v in x):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for label, y in curves_by_label.items():
         (line,) = ax.plot(x, y, label=label)
         if bands_by_label and label in bands_by_label:

@@ -31,6 +31,21 @@ def test_the_gate_criterion_gives_the_same_verdict_through_the_report_rule():
         assert report.decide_verdict([ab.gate(estimate, low, high)]) == expected, (low, estimate, high)
 
 
+def test_the_treatment_is_read_only_after_the_positive_control_was_detected():
+    from composer import report
+
+    passing = ab.gate(0.05, 0.01, 0.09)
+    assert report.decide_verdict([ab.read_after_positive_control(passing, {"estimate": 0.2, "low": 0.1,
+                                                                           "high": 0.3})]) == "VALIDATED"
+    blind = ab.read_after_positive_control(passing, {"estimate": 0.03, "low": -0.02, "high": 0.08}, "B+ - A")
+    assert report.decide_verdict([blind]) == "INCONCLUSIVE"
+    assert blind.undecided_why == "the design did not detect B+ - A (+0.030 [-0.020, +0.080])"
+    failing = ab.gate(0.0, -0.01, 0.01)  # INVALIDATED on its own, but the design could not have seen an effect
+    assert report.decide_verdict([ab.read_after_positive_control(failing, {"estimate": 0.0, "low": -0.1,
+                                                                           "high": 0.1})]) == "INCONCLUSIVE"
+    assert ab.read_after_positive_control(passing, None) is passing
+
+
 def test_verdict_refuses_an_estimate_outside_its_interval():
     with pytest.raises(ValueError, match="outside its interval"):
         ab.verdict(0.1, 0.0, 0.05)
@@ -89,7 +104,7 @@ def test_identical_arms_are_never_validated_and_say_how_many_tasks_would_be_need
     assert ab.cells_for_zero_discordance_bound(0.02) == 183  # 1 - 0.025 ** (1 / n) < 0.02 from n = 183
     assert ab.zero_discordance_interval(183).high < 0.02 <= ab.zero_discordance_interval(182).high
     assert r["tasks_needed"] == 61  # 183 cells over 3 seeds
-    assert ab.design_line(r) == "61 tasks per seed at 3 seeds would detect 0.02 with 80% power"
+    assert ab.design_line(r) == "61 tasks per seed at 3 seeds would bound |B - A| under 0.02 if still no cell differed"
     many = (rng.random((3, 200, 1)) < 0.3).astype(float)  # 600 agreeing cells bound it under 2 points
     assert ab.compare(many, many.copy(), n_resamples=50)["verdict"] == "INVALIDATED"
     # Two independent draws of the same 30% policy: 60 cells cannot tell 2 points from 0

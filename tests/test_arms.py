@@ -190,6 +190,30 @@ def test_plan_from_parameters_refuses_pairs_from_test_tasks_and_an_unequal_contr
         arms.plan_from_parameters(_parameters(pairs_dir=str(source)), tmp_path / "run")
 
 
+def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_path, monkeypatch):
+    from composer import policies
+
+    calls = []
+
+    def evaluate(student, tasks, *, n, return_rollouts, **_):  # task i: i % 3 of n rollouts solved
+        calls.append(len(tasks))
+        runs = [(t["instance_id"], [], float(j < i % 3), {}) for i, t in enumerate(tasks) for j in range(n)]
+        return {}, runs
+
+    monkeypatch.setattr(policies, "evaluate", evaluate)
+    parameters = _parameters(arms={"A": {}}, screen_tasks=4, generations=2, steps=1, prompts_per_step=1)
+    plan, about = arms.plan_from_parameters(parameters, tmp_path)
+    train = zoo.split_tasks(zoo.PROFILES["smoke"], "train")
+    # successes 0, 1, 2, 0 of 2: only task 1 is strictly between
+    assert about["screened"]["successes"] == [0, 1, 2, 0] and [t["instance_id"] for t in plan.train] == [
+        train[1]["instance_id"]]
+    again, _ = arms.plan_from_parameters(parameters, tmp_path)
+    assert calls == [4] and again.train == plan.train  # measured once, then read back
+    with pytest.raises(ValueError, match="1 of 4 screened train tasks .* a seed trains on 2: screen more"):
+        arms.plan_from_parameters({**parameters, "prompts_per_step": 2}, tmp_path)
+    assert arms.plan_from_parameters(_parameters(arms={"A": {}}), tmp_path)[1]["screened"] is None
+
+
 def test_real_jobs_end_to_end_on_the_smoke_zoo(tmp_path):
     """Real GRPO (+ DPO on oracle pairs) and real evaluations, in this process: every arm's model is its own,
     outcomes are 0/1 per task and sample, the B arm logged its DPO channel."""

@@ -747,6 +747,35 @@ def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
     assert all({s["chosen"], s["rejected"]} == {r["chosen"], r["rejected"]} for s, r in zip(swapped, rows))
 
 
+def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
+    from composer import policies, zoo
+    from composer.env.environment import CodingEnv
+    from composer.models import load_model, load_tokenizer
+
+    profile = zoo.PROFILES["smoke"]
+    student, instances = zoo.model(profile, "student"), zoo.split_tasks(profile, "train")
+    rows = pairs.expert_pairs(instances, student, count=3, max_new_tokens=profile.max_new_tokens)
+    assert len(rows) == 3 and len({r["pair_id"] for r in rows}) == 3
+    model, tokenizer = load_model(student), load_tokenizer(student)
+    env = CodingEnv(instances, policies.ENV_CONFIG)
+    try:
+        for row in rows:
+            instance = next(i for i in instances if i["instance_id"] == row["task_id"])
+            messages, _, _ = policies.demonstrate(env, instance)
+            at = 2 + 2 * row["step"]  # system, user, then an assistant call and its tool result per step
+            calls = [(m["role"], m.get("tool_calls")) for m in pairs.prompt_messages(messages[:at])]
+            assert [(m["role"], m.get("tool_calls")) for m in row["prompt"]] == calls and row["rule"] == "expert"
+            expert = messages[at]["tool_calls"][0]["function"]
+            assert policies.parse_tool_call(row["chosen"]) == (expert["name"], json.loads(expert["arguments"]))
+            own = policies.next_turn(model, tokenizer, row["prompt"], max_new_tokens=profile.max_new_tokens)
+            assert row["rejected"] in (own, row["rejected_action"]) or policies.parse_tool_call(row["rejected"]) == \
+                policies.parse_tool_call(own)  # the student's own greedy action, parsed or as text
+            assert row["rejected_action"] != row["chosen_action"]
+    finally:
+        env.close()
+    assert len(pairs.expert_pairs(instances[:1], student, count=100, max_new_tokens=profile.max_new_tokens)) < 100
+
+
 def test_query_policy_teachers_refuses_zero_concurrency_and_a_busy_folder(tmp_path):
     from composer.lock import RunDirBusy, run_lock
 

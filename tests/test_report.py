@@ -321,6 +321,13 @@ def test_plots_show_dollars_and_the_gate():
     assert ax.lines[-1].get_xdata()[0] == 5 and ax.get_legend().get_texts()[0].get_text() == "gate 5"
     assert report.png(fig)  # "$...$" is not parsed as mathtext (it would raise or garble the label)
     assert not matplotlib.rcParams["text.parse_math"]
+    steps = report.curves_plot([1, 2], {"A": [0.1, 0.2]}, xlabel="GRPO step", ylabel="r", title="t").axes[0]
+    steps.figure.canvas.draw()
+    assert [t for t in steps.get_xticks() if 1 <= t <= 2] == [1, 2]  # steps, not 1.25, 1.5, ...
+    both = report.interval_plot([("B - A", 0.01, -0.05, 0.07, 120)], xlabel="d", title="t", method="m", seed=0,
+                                threshold=0.02, null=0.0).axes[0]
+    assert [line.get_xdata()[0] for line in both.lines[-2:]] == [0.0, 0.02]
+    assert [t.get_text() for t in both.get_legend().get_texts()] == ["no difference (0)", "gate 0.02"]
 
 
 def test_committed_reports_come_from_clean_commits_at_report_scale():
