@@ -21,6 +21,7 @@ def test_the_cli_prints_each_arms_time_and_memory_and_the_ratio_last():
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["arms"]) == {"A", "B", "control"} and result["profile"] == "default"
+    assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0 and result["machine"]
     for figures in result["arms"].values():
         assert figures["wall_s"] > 0 and figures["peak_rss_bytes"] > 100 * 2**20
     a, b = result["arms"]["A"], result["arms"]["B"]

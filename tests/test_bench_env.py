@@ -53,7 +53,7 @@ def test_cli_prints_the_result_as_its_last_line():
         assert result["target_sandbox_overhead"] == 1.3 and "containment" in done.stdout
         assert result["forked_runs"] is True  # grading and run_tests start from the fork server, not bwrap
     assert _positive_finite(result["grading_s_per_submission"])
-    assert len(result["load_avg_start"]) == 3
+    assert result["load_average_1m_at_start"] >= 0 and result["machine"]
     assert result["cpus"] >= 1 and result["isolation"] in ("root-ns", "user-ns", "plain")
 
 

@@ -25,6 +25,7 @@ def test_cli_prints_the_result_as_its_last_line():
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1])
     assert lines[0].startswith("fanout_ratio") and lines[1].startswith("calls_per_s")
+    assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0 and result["machine"]
 
     fan, calls, cost = result["fanout"], result["throughput"], result["cost"]
     assert result["fanout_ratio"] == fan["fanout_ratio"] >= 1.0 and math.isfinite(fan["fanout_ratio_max"])

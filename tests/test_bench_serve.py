@@ -48,5 +48,5 @@ def test_cli_prints_the_result_as_its_last_line():
     for figures in (echo, generate, sequential):
         assert figures["latency_s_p50"] <= figures["latency_s_p90"] <= figures["latency_s_p99"]
         assert figures["client_cpu_cores"] > 0 and figures["server_cpu_cores"] > 0
-    assert result["target_requests_per_s"] == 200 and result["load_average_1m_at_start"] >= 0
+    assert result["target_requests_per_s"] == 200 and result["load_average_1m_at_start"] >= 0 and result["cpus"] >= 1
     assert result["meets_target"] is (result["requests_per_s"] >= 200)

@@ -85,6 +85,7 @@ def test_cli_prints_json_last():
     for key in ("ratio_00_time", "ratio_all_time", "ratio_all_mem"):
         assert key in last
     assert _positive_finite(last["ratio_all_time"]) and last["ratio_all_mem"] is None
+    assert last["cpus"] >= 1 and last["load_average_1m_at_start"] >= 0 and last["machine"]
     assert any(line.startswith("ratio_all_time") for line in lines[:-1])  # the table comes first
 
 

@@ -410,6 +410,7 @@ def test_bench_rollouts_ratio_and_keys(monkeypatch):
     assert result["recorder_s_per_rollout"] == pytest.approx(0.2 / 8)
     assert result["recorder_share_of_wall"] == pytest.approx((0.2 / 10.4 + 0.2 / 12.2) / 2)
     assert result["meets_target"] is True and result["verifiers_rollouts_per_s"] == 8 / 4  # same rollout count
+    assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0  # a loaded machine is recognisable
     monkeypatch.setattr(rollouts, "_trl_run", lambda *a, record, **k: {
         "wall_s": 1.0, "recorder_s": 0.0, "rollouts": 8, "written": 7})
     with pytest.raises(RuntimeError, match="expected 8"):

@@ -16,19 +16,20 @@ excluded: it is the same job for every arm. Target (issue 7): B's time <= 1.5 x 
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
 
 from composer import arms as ablib
 from composer import run
+from composer.bench import machine
 
 SLUG = "004-ab-train-grpo-vs-trace-replay-dpo"
 TARGETS = {"b_over_a_time": 1.5}
 
 
 def measure(profile: str = "report", *, reference: str | None = None, treatment: str | None = None) -> dict:
+    machine_at_start = machine()
     params, _ = run.effective_parameters(SLUG, profile=profile)
     reference, treatment = reference or params["reference"], treatment or params["treatment"]
     with tempfile.TemporaryDirectory(prefix="composer-bench-ab-") as tmp:
@@ -51,7 +52,7 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
         "targets": TARGETS, "meets_targets": {"b_over_a_time": ratio <= TARGETS["b_over_a_time"]},
         "scope": "one seed's training per arm, each in a fresh process; evaluation excluded (the same per arm); "
                  "peak memory is the process's peak RSS, interpreter and imports included",
-        "total_s": round(total, 1), "device": "cpu", "machine": platform.machine(),
+        "total_s": round(total, 1), "device": "cpu", **machine_at_start,
     }
 
 

@@ -74,8 +74,6 @@ memory cgroup is ~15 ms of a run (the kernel charges each copy-on-write page of 
 
 import argparse
 import json
-import os
-import platform
 import resource
 import statistics
 import tempfile
@@ -84,6 +82,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from composer.bench import machine
 from composer.env import sandbox, tasks
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
@@ -197,7 +196,7 @@ def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
 
 
 def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0, compare_worker: bool = True) -> dict:
-    load = list(os.getloadavg())  # a figure from a loaded machine is recognisable by this
+    start = machine()
     records = tasks.generate(n_tasks, seed=seed)
     config, worker_config = EnvConfig(), EnvConfig(warm_tests=True)
     _run(records[:1], 1, 1, config)  # warm-up: imports, the sandbox's isolation probe, page cache
@@ -245,9 +244,7 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
         "tasks": n_tasks,
         "isolation": sandbox.isolation()["mode"],
         "forked_runs": sandbox.forked_runs(),
-        "cpus": len(os.sched_getaffinity(0)),
-        "load_avg_start": load,
-        "machine": platform.processor() or platform.machine(),
+        **start,
         "seed": seed,
     }
 

@@ -25,8 +25,6 @@
 import argparse
 import asyncio
 import json
-import os
-import platform
 import resource
 import sys
 import tempfile
@@ -36,6 +34,7 @@ import numpy as np
 import psutil
 
 from composer import replay, teachers, traces
+from composer.bench import machine
 
 TARGET_FANOUT = 1.10
 TARGET_CALLS_PER_S = 200
@@ -129,7 +128,7 @@ def costs(by_trace, seed: int) -> dict:
 
 def measure(traces_n: int = 6, steps: int = 4, time_scale: float = 1.0, calls_traces: int = 64, calls_steps: int = 8,
             concurrency: int = 64, cost_traces: int = 0, seed: int = 0) -> dict:
-    load = os.getloadavg()[0]
+    start = machine()
     real = traces.group_traces(traces.import_real_traces())
     fan = fanout(dict(list(real.items())[:traces_n]), steps, time_scale, seed)
     calls = throughput(calls_traces, calls_steps, concurrency, seed)
@@ -145,8 +144,7 @@ def measure(traces_n: int = 6, steps: int = 4, time_scale: float = 1.0, calls_tr
                           "cache_saving": money["cache_saving"] >= TARGET_CACHE_SAVING,
                           "usd_per_trace_aim": money["best_usd_per_trace"] <= AIM_USD_PER_TRACE},
         "fanout": fan, "throughput": calls, "cost": money,
-        "cpus": os.cpu_count(), "load_average_1m_at_start": load,
-        "machine": platform.processor() or platform.machine(), "seed": seed,
+        **start, "seed": seed,
     }
 
 

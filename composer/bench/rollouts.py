@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from composer.bench import machine
+
 TARGET_OVERHEAD = 1.05
 
 
@@ -107,13 +109,12 @@ def measure_verifiers(*, rollouts: int = 8, concurrency: int = 4) -> dict:
 
 def measure(*, policy: str = "scripted", student=None, prompts: int = 2, generations: int = 2, steps: int = 2,
             repeats: int = 2, seed: int = 0) -> dict:
-    start = time.perf_counter()
+    start, machine_at_start = time.perf_counter(), machine()
     result = {"policy": policy, "rollouts_per_run": steps * prompts * generations, "repeats": repeats,
               **measure_trl(policy=policy, student=student, prompts=prompts, generations=generations, steps=steps,
                             repeats=repeats, seed=seed),
               **measure_verifiers(rollouts=steps * prompts * generations),
-              "target_recorder_overhead": TARGET_OVERHEAD, "cpu_count": os.cpu_count(),
-              "platform": platform.platform()}
+              "target_recorder_overhead": TARGET_OVERHEAD, **machine_at_start, "platform": platform.platform()}
     result["meets_target"] = result["recorder_overhead"] <= TARGET_OVERHEAD
     result["bench_s"] = round(time.perf_counter() - start, 1)
     return result

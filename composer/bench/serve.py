@@ -23,8 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -35,6 +33,7 @@ import openai
 import psutil
 
 from composer import tether
+from composer.bench import machine
 from composer.models import tiny_model
 
 TARGET_REQUESTS_PER_S = 200
@@ -96,7 +95,7 @@ async def _load(url: str, server: psutil.Process, model: str, requests: int, con
 def measure(requests: int = 2000, concurrency: int = 64, gen_requests: int = 64, gen_concurrency: int = 16,
             max_tokens: int = 64, sequential: int = 8, seed: int = 0) -> dict:
     path = str(tiny_model())
-    load = os.getloadavg()[0]  # other work on the machine takes cores from both processes
+    start = machine()  # other work on the machine takes cores from both processes
     echo_args = ("--profile", "bench=zero", "--no-generate")
     with _server("--model", f"bench={path}", *echo_args, "--seed", str(seed)) as (url, proc):
         echo = asyncio.run(_load(url, proc, "bench", requests, concurrency, max_tokens=16))
@@ -121,9 +120,7 @@ def measure(requests: int = 2000, concurrency: int = 64, gen_requests: int = 64,
         "sequential": {**one_at_a_time, "max_tokens": max_tokens},
         "model": "composer.models.tiny_model() (random Qwen3 architecture, 2 layers, hidden 64)",
         "scope": "client and server in separate processes on one machine; openai AsyncOpenAI client, non-streaming",
-        "cpus": os.cpu_count(),
-        "load_average_1m_at_start": load,
-        "machine": platform.processor() or platform.machine(),
+        **start,
         "seed": seed,
     }
 

@@ -52,6 +52,7 @@ import transformers
 import trl
 from tqdm import tqdm  # plain text bars on stderr: the notebook widgets of tqdm.auto need ipywidgets
 
+from composer.bench import machine
 from composer.models import TINY
 
 ARMS = ("grpo", "composer_00", "hint", "dpo", "all")
@@ -302,12 +303,12 @@ def measure(*, size: str = "small", repeats: int = 10, memory: bool = True) -> d
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    started = time.perf_counter()
+    started, machine_at_start = time.perf_counter(), machine()
     # Library chatter goes to stderr: stdout carries only the table and the JSON line.
     with contextlib.redirect_stdout(sys.stderr), tempfile.TemporaryDirectory() as workdir:
         result = _measure(size, repeats, memory, workdir)
     result["wall_s"] = time.perf_counter() - started
-    return result
+    return {**result, **machine_at_start}
 
 
 def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
