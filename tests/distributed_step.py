@@ -48,6 +48,10 @@ def main(out):
         moved = (flat - torch.cat([p.flatten() for p in load_model(path).parameters()])).abs().max().item()
         json.dump({"world_size": state.num_processes, "loss": loss, "max_rank_diff": max_rank_diff,
                    "moved": moved}, open(out, "w"))
+    # Leave the process group before exiting: a rank that exits with gloo's threads alive can abort
+    # ("terminate called without an active exception", exit -6), as one CI run showed.
+    state.wait_for_everyone()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
