@@ -71,3 +71,16 @@ def test_bad_arguments_are_refused():
     done = subprocess.run([sys.executable, "-m", "composer", "bench", "env", "--episodes", "many"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and "invalid int value" in done.stderr
+
+
+def test_container_backend_times_start_tests_and_grading_of_a_real_instance(real_record):
+    done = subprocess.run([sys.executable, "-m", "composer", "bench", "env", "--backend", "container", "--episodes",
+                           "2", "--workers", "2"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["backend"] == "container" and result["instance_id"] == real_record["instance_id"]
+    assert result["rewards_ok"] and all(_positive_finite(result[k]) for k in ("start_s_p50", "run_tests_s_p50",
+                                                                              "grading_s_p50", "speedup_at_once"))
+    assert set(result["episodes_per_s"]) == {"1", "2"} and result["cpus"] >= 1
+    rewards = [(e["gold"], e["reward"]) for run in result["runs"].values() for e in run["episodes"]]
+    assert sorted(rewards) == [(False, 0.0), (False, 0.0), (True, 1.0), (True, 1.0)]

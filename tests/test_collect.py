@@ -463,3 +463,22 @@ def test_channels_make_a_composer_trainer_with_its_pairs(model_path, records, tm
     with pytest.raises(ValueError, match="pairs_dataset is required"):
         collect.build_trainer(model_path, records, tmp_path / "c", checkpoint=False,
                               channels={"trace_replay_weight": 0.5})
+
+
+def test_002a_live_profile_runs_on_a_real_instance_in_containers(real_record, tmp_path):
+    """The live pipeline on CPU: 002a's live profile differing only in model and scale (its YAML header), the
+    scripted expert's turns through TRL's loop, every episode and every re-grading in podman."""
+    from composer import report, run
+
+    overrides = {"student": "zoo:smoke", "policy": "expert", "trainer_config": {}, "n_prompts": 1, "generations": 2,
+                 "steps": 1, "tasks_source": "data/swebench-lite/marshmallow-code__marshmallow-1343.json",
+                 "max_completion_length": 4096, "max_tool_calling_iterations": 12, "env_max_steps": 8,
+                 "run_dir": str(tmp_path / "run")}
+    assert run.run("002a", profile="live", overrides=overrides, reports_dir=tmp_path) == 0
+    results = report.read_results(tmp_path / "002a-trace-collection-trl" / "executed.ipynb")
+    m = results["metrics"]
+    assert results["backend"] == "live" and m["rollouts"] == 2 and m["rewards"] == [1.0, 1.0]
+    assert m["reward_alignment"] == {"checked": 2, "aligned": 2, "skipped": 0, "mismatches": []}
+    assert m["tool_calls"] >= 6 and m["completeness"]["complete"] == 2
+    assert any("1 real SWE-bench instance(s) run in containers" in n for n in results["notes"])
+    assert any(n.startswith("instances: 1 from data/swebench-lite/marshmallow") for n in results["notes"])

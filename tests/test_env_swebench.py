@@ -12,7 +12,7 @@ HARNESS_KEYS = {"total_instances", "submitted_instances", "completed_instances",
                 "unresolved_instances", "empty_patch_instances", "error_instances", "completed_ids",
                 "incomplete_ids", "empty_patch_ids", "submitted_ids", "resolved_ids", "unresolved_ids",
                 "error_ids", "schema_version"}  # swebench.harness.reporting.make_run_report, schema 2
-REAL_PREDS = Path("/work/shared/data/real-traces/mini-swe-agent-deepseek-chat-lite-dev/preds.json")
+REAL_PREDS = Path(__file__).resolve().parents[1] / "data/real-traces/mini-swe-agent-deepseek-chat-lite-dev/preds.json"
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +70,13 @@ def test_evaluate_resolves_gold_and_not_empty_broken_or_wrong_patches(records, t
         swebench.evaluate([{**pred(gold, ""), "instance_id": "nope"}], records, run_id="t")
 
 
-def test_real_instances_need_the_harness_and_say_what_is_missing(records):
-    missing = swebench.harness_missing()
-    if not missing:
-        pytest.skip("swebench and a Docker daemon are available here")
+def test_real_instances_need_a_container_engine_and_say_so(records, monkeypatch):
+    monkeypatch.setenv("COMPOSER_CONTAINER_ENGINE", "no-such-engine")
     real = {**records[0], "repo": "django/django", "instance_id": "django__django-11099"}
-    with pytest.raises(RuntimeError) as e:
+    assert swebench.is_real(real) and not swebench.is_real(records[0])
+    with pytest.raises(RuntimeError, match="django__django-11099 is a real SWE-bench instance, which is graded in a "
+                                           "container, but no container engine: no-such-engine is not on PATH"):
         swebench.evaluate([pred(real, "diff")], [real], run_id="t")
-    assert all(m in str(e.value) for m in missing)
 
 
 def test_hf_dataset_name_offline_fails_fast_and_clearly(monkeypatch):
@@ -90,7 +89,6 @@ def test_hf_dataset_name_offline_fails_fast_and_clearly(monkeypatch):
         swebench.load_instances("no-such-file.txt")
 
 
-@pytest.mark.skipif(not REAL_PREDS.exists(), reason="shared real traces not present")
 def test_shared_real_predictions_parse_as_swebench_predictions():
     preds = swebench.load_predictions(REAL_PREDS)
     raw = json.loads(REAL_PREDS.read_text())
@@ -98,3 +96,34 @@ def test_shared_real_predictions_parse_as_swebench_predictions():
     for p in preds:
         assert set(p) == set(swebench.PREDICTION_FIELDS) and p["model_name_or_path"] == "deepseek/deepseek-chat"
         assert p["model_patch"] is None or p["model_patch"] == "" or p["model_patch"].startswith("diff --git a/")
+
+
+def test_lite_split_is_the_committed_lists_and_follows_its_rule():
+    splits = {name: swebench.lite_split(name) for name in ("train", "test")}
+    assert (len(splits["train"]), len(splits["test"])) == (197, 103)
+    for name, ids in splits.items():
+        assert (swebench.SPLITS_DIR / f"{name}.txt").read_text().split() == ids
+    rows = [line.split("\t") for line in (swebench.SPLITS_DIR / "lite-test.tsv").read_text().splitlines()[1:]]
+    assert len(rows) == 300 and set(splits["train"]) | set(splits["test"]) == {r[0] for r in rows}
+    assert not set(splits["train"]) & set(splits["test"])
+    for repo in {r[1] for r in rows}:  # per repository: test is the latest third, rounded up
+        dated = {r[0]: r[3] for r in rows if r[1] == repo}
+        train = [dated[i] for i in splits["train"] if i in dated]
+        test = [dated[i] for i in splits["test"] if i in dated]
+        assert len(test) == -(-len(dated) // 3) and max(train) <= min(test), repo
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        swebench.lite_split("dev")
+
+
+def test_a_lite_split_as_source_names_the_dataset_it_needs(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="'SWE-bench/SWE-bench_Lite' is a Hugging Face dataset but HF_HUB_OFFLINE"):
+        swebench.load_instances("lite:train")
+
+
+def test_one_record_in_a_json_file_loads_as_a_list(records, tmp_path):
+    (tmp_path / "one.json").write_text(json.dumps(records[0]))
+    assert swebench.load_instances(tmp_path / "one.json") == [records[0]]
+    (tmp_path / "bad.json").write_text(json.dumps({"not": "a record"}))
+    with pytest.raises(ValueError, match="expected a JSON list of records"):
+        swebench.load_instances(tmp_path / "bad.json")

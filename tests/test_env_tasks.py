@@ -82,7 +82,7 @@ def test_materialize_rejects_tampered_foreign_and_unsafe_requests(records, tmp_p
     r = records[0]
     with pytest.raises(ValueError, match=re.escape(r["instance_id"]) + ".*base_commit"):
         tasks.materialize({**r, "base_commit": "0" * 40}, tmp_path / "t")
-    with pytest.raises(ValueError, match="composer.env.swebench"):
+    with pytest.raises(ValueError, match="not an embedded task.*composer.env.container"):
         tasks.materialize({**r, "repo": "django/django", "instance_id": "django__django-11099"}, tmp_path / "d")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")

@@ -1,6 +1,7 @@
 """The coding environment's throughput: tool steps per second, sandboxed test runs included, on a scripted mix.
 
     python -m composer bench env [--tasks 6] [--episodes 24] [--workers 2] [--seed 0] [--no-worker]
+    python -m composer bench env --backend container [--episodes 6] [--workers 3]   # a real instance, podman
 
     from composer.bench.env import measure
     result = measure(n_tasks=6, episodes=24, workers=2)    # the dict printed as the last stdout line
@@ -83,6 +84,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from composer.bench import machine
+from composer.paths import ROOT
 from composer.env import sandbox, tasks
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
@@ -249,16 +251,77 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
     }
 
 
+def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict:
+    """The same scripted episodes on a real instance in containers (composer.env.container): each one's container
+    start (reset: the image's /testbed copied out, the episode's container up), run_tests and grading seconds, and
+    episodes per second one at a time and `workers` at once."""
+    from composer.env import container
+
+    def play(gold: bool) -> dict:
+        env = CodingEnv()
+        try:
+            start = time.perf_counter()
+            env.reset(instance=record)
+            times = {"start_s": time.perf_counter() - start}
+            fix = gold_edits(record) if gold else [{"path": gold_edits(record)[0]["path"], "start": 1, "end": 0,
+                                                     "new_text": "# looked here\n"}]
+            for e in fix:
+                env.call("edit", **e)
+            start = time.perf_counter()
+            env.call("run_tests")
+            times["run_tests_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            times["reward"] = env.call("submit").reward
+            times["grading_s"] = time.perf_counter() - start
+            return {**times, "gold": gold}
+        finally:
+            env.close()
+
+    begin = machine()
+    runs = {}
+    for n in (1, workers):
+        start = time.perf_counter()
+        with ThreadPoolExecutor(n) as pool:
+            done = list(pool.map(play, [i % 2 == 0 for i in range(episodes)]))
+        runs[n] = {"at_once": n, "wall_s": time.perf_counter() - start, "episodes": done}
+    every = [e for run in runs.values() for e in run["episodes"]]
+    per_s = {n: episodes / run["wall_s"] for n, run in runs.items()}
+    return {
+        "backend": "container", "engine": Path(container.engine()).name, "image": container.image(record),
+        "instance_id": record["instance_id"],
+        **{f"{k}_p50": statistics.median(e[k] for e in every) for k in ("start_s", "run_tests_s", "grading_s")},
+        "episodes_per_s": {str(n): v for n, v in per_s.items()},
+        "speedup_at_once": per_s[workers] / per_s[1],
+        "rewards_ok": all(e["reward"] == (1.0 if e["gold"] else 0.0) for e in every),
+        "runs": {str(n): run for n, run in runs.items()},
+        **begin,
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer bench env", description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=6, help="embedded tasks generated (default 6)")
-    parser.add_argument("--episodes", type=int, default=24, help="episodes timed with --workers at once (default 24)")
+    parser.add_argument("--episodes", type=int, help="episodes timed with --workers at once (default 24; container 6)")
     parser.add_argument("--workers", type=int, default=2, help="episodes at once (default 2, one per core here)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-worker", action="store_true",
                         help="skip timing the same episodes with a per-episode PytestWorker (warm_tests=True)")
+    parser.add_argument("--backend", choices=("embedded", "container"), default="embedded",
+                        help="container: episodes on a real SWE-bench instance in containers (--instance)")
+    parser.add_argument("--instance", default=str(ROOT / "data/swebench-lite/marshmallow-code__marshmallow-1343.json"),
+                        help="the real record for --backend container (default: the one shipped)")
     args = parser.parse_args(argv)
-    result = measure(args.tasks, args.episodes, args.workers, args.seed, compare_worker=not args.no_worker)
+    if args.backend == "container":
+        from composer.env import swebench
+        (record,) = swebench.load_instances(args.instance)
+        result = measure_container(record, args.episodes or 6, args.workers)
+        print(f"container episodes on {record['instance_id']} ({result['engine']}): start "
+              f"{result['start_s_p50']:.2f} s, run_tests {result['run_tests_s_p50']:.2f} s, grading "
+              f"{result['grading_s_p50']:.2f} s (medians); episodes/s " + ", ".join(
+                  f"{n} at once {v:.3f}" for n, v in result["episodes_per_s"].items()))
+        print(json.dumps(result))
+        return 0 if result["rewards_ok"] else 1
+    result = measure(args.tasks, args.episodes or 24, args.workers, args.seed, compare_worker=not args.no_worker)
     c, b = result["concurrent"], result["pytest_breakdown_ms"]
     print(f"env_steps_per_s   {result['env_steps_per_s']:6.1f}  ({c['steps']} steps, {c['episodes']} episodes, "
           f"{c['workers']} at once; target >= {TARGET_STEPS_PER_S})")

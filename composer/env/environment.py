@@ -44,6 +44,11 @@ Episode rules (decisions, with the reason):
   was reset or flagged is in the trace record's outcome["tampering"].
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
+- Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
+  (composer.env.container): the tools work on a host copy of its /testbed, mounted back into it; run_tests runs
+  the image's own environment there, bounded by real_test_timeout_s; the task's tests stay hidden whatever
+  visible_tests says; submit is graded by the swebench harness's eval script in a fresh container. reset raises
+  (before any model work) when the engine or the image is missing.
 - Every call counts as a step, failed ones included: an unknown tool, bad or missing arguments,
   a path outside the repo, an edit over max_edit_bytes, binary content, tests that hang, fork or
   flood. All come back as an observation with info.ok False; step() never raises. Calls after
@@ -67,7 +72,7 @@ from pydantic import BaseModel, Field, ValidationError, validate_call
 from transformers.utils import get_json_schema
 
 from composer import traces
-from composer.env import sandbox, swebench, tools
+from composer.env import container, sandbox, swebench, tools
 from composer.env import tasks as tasklib
 
 TOOLS = ("list_files", "view", "search", "edit", "apply_patch", "run_tests", "submit")
@@ -84,6 +89,7 @@ class EnvConfig:
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
     warm_tests: bool | None = None  # a per-episode sandbox.PytestWorker for run_tests; None: only without the fork server
     flag_tampering: bool = True  # a submission whose source changes tamper with the test run scores 0
+    real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
     search_max_matches: int = 50
     list_max_files: int = 200
@@ -144,6 +150,7 @@ class _Episode:
     patch: str | None = None
     tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings]}
     worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None where runs are forked, or once done
+    workspace: container.Workspace | None = None  # a real instance's container (its run_tests); None if embedded
 
 
 @dataclass
@@ -214,21 +221,30 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         next task in turn. Raises ValueError for an unknown id, a record that is not a valid embedded task, or
         no task at all (reset is driven by trusted code; only step() takes the policy's input)."""
         instance = swebench.validate_instance(instance) if instance is not None else self._pick(seed, instance_id)
+        real = swebench.is_real(instance)
+        if real and (missing := swebench.real_missing(instance)):
+            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: " + "; and ".join(missing))
         self._end()
         tmp = tempfile.TemporaryDirectory(prefix="composer-env-", ignore_cleanup_errors=True)
+        workspace = None
         try:
-            repo = tasklib.materialize(instance, Path(tmp.name) / "repo", with_tests=self.config.visible_tests)
+            if real:
+                workspace = container.Workspace(instance, Path(tmp.name) / "repo")
+                repo = workspace.repo
+            else:
+                repo = tasklib.materialize(instance, Path(tmp.name) / "repo", with_tests=self.config.visible_tests)
         except Exception:
             tmp.cleanup()
             raise
+        visible = self.config.visible_tests and not real
         graded = json.loads(instance["FAIL_TO_PASS"]) + json.loads(instance["PASS_TO_PASS"])
         self._ep = ep = _Episode(
             instance=instance, episode_id=episode_id or uuid.uuid4().hex, tmp=tmp, repo=repo,
             pristine=tools.snapshot(repo), test_paths=frozenset(sandbox.diff_paths(instance["test_patch"])),
-            default_tests=graded if self.config.visible_tests else [], messages=[],
+            default_tests=graded if visible else [], messages=[], workspace=workspace,
             worker=sandbox.PytestWorker(repo, timeout_s=self.config.test_timeout_s)  # starts at the first run_tests
-            if self._warm() else None)
-        which = "the task's tests" if self.config.visible_tests else "the tests in the repository"
+            if self._warm() and not real else None)
+        which = "the task's tests" if visible else "the tests in the repository"
         text = "\n\n".join([
             instance["problem_statement"].strip(),
             INSTRUCTIONS.format(tests=which, max_steps=self.config.max_steps),
@@ -316,7 +332,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
 
     def _end(self) -> None:
         if self._ep is not None:
-            _stop_worker(self._ep)  # before the folder goes: the worker hands the repo back and leaves no process
+            _stop_processes(self._ep)  # before the folder goes: nothing runs in it any more
             self._ep.tmp.cleanup()
             self._ep = None
 
@@ -329,7 +345,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             ep.reward = 0.0
             result.text += f"\n\n[step limit of {cfg.max_steps} reached: the episode ends unsubmitted, reward 0]"
         if ep.done:
-            _stop_worker(ep)  # no run_tests can follow: free its process now, not at the next reset
+            _stop_processes(ep)  # no run_tests can follow: free its process now, not at the next reset
         error = result.error and _utf8(result.error)
         text = _utf8(f"error: {error}\n{result.text}".strip() if error else result.text)
         shown = {k: _clip(v, INFO_ARG_CHARS) if isinstance(v, str) else v for k, v in args.items()} \
@@ -379,8 +395,13 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         ids = self._ep.default_tests if test_ids is None else test_ids
         if len(ids) > MAX_TEST_IDS or any(len(t) > 500 or _utf8(t) != t for t in ids):
             raise tools.ToolError(f"at most {MAX_TEST_IDS} test ids, each valid text of up to 500 characters")
-        worker = self._ep.worker
-        run = worker.run(ids) if worker else sandbox.run_pytest(self._ep.repo, ids, timeout_s=self.config.test_timeout_s)
+        worker, workspace = self._ep.worker, self._ep.workspace
+        if workspace is not None:
+            run = workspace.run_tests(ids, timeout_s=self.config.real_test_timeout_s)
+        elif worker is not None:
+            run = worker.run(ids)
+        else:
+            run = sandbox.run_pytest(self._ep.repo, ids, timeout_s=self.config.test_timeout_s)
         summary = _tests_summary(run.outcomes) if run.outcomes else "no test ran"
         return _Result(f"{summary}\n\n{run.output}", tests=run.outcomes, error=run.error)
 
@@ -390,8 +411,9 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         iid = ep.instance["instance_id"]
         ep.patch, left_out = tools.repo_diff(ep.pristine, ep.repo, exclude=ep.test_paths)
         pred = {"instance_id": iid, "model_name_or_path": "composer-env", "model_patch": ep.patch}
-        _stop_worker(ep)  # nothing of the episode's test runs is alive while it is graded
-        report = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=self.config.test_timeout_s,
+        _stop_processes(ep)  # nothing of the episode's test runs is alive while it is graded
+        timeout_s = self.config.real_test_timeout_s if ep.workspace else self.config.test_timeout_s
+        report = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=timeout_s,
                                    flag_tampering=self.config.flag_tampering)["instances"][iid]
         ep.submitted, ep.reward, ep.tampering = True, 1.0 if report["resolved"] else 0.0, report["tampering"]
         status = report.get("tests_status") or {}
@@ -411,10 +433,13 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         return _Result(text, tests=outcomes or None, error=report["error"])
 
 
-def _stop_worker(ep: _Episode) -> None:
+def _stop_processes(ep: _Episode) -> None:
+    """End the episode's test processes: the warm worker, or a real instance's container (its files stay)."""
     if ep.worker is not None:
         ep.worker.close()
         ep.worker = None
+    if ep.workspace is not None:
+        ep.workspace.close()
 
 
 # --- traces --------------------------------------------------------------------------------
@@ -468,8 +493,8 @@ class TRLCodingEnv:
     """A GRPOTrainer `environment_factory`: TRL makes one per rollout and exposes its public methods as tools.
 
     Dataset rows are SWE-bench records, one string column per field of tasks.SCHEMA_FIELDS, the columns
-    SWE-bench Lite has: `Dataset.from_list(tasks.generate(...))` (only embedded tasks can be materialized
-    here). reset(**row) ignores any other column (e.g. a "prompt") and returns the task message, which
+    SWE-bench Lite has: `Dataset.from_list(tasks.generate(...))`, or real Lite records (they run in
+    containers: composer.env.container). reset(**row) ignores any other column (e.g. a "prompt") and returns the task message, which
     TRL appends to the prompt's last message (an empty user message when the dataset has no "prompt").
     Score rollouts with `reward_funcs=[env_reward]`. There is deliberately no get_reward method: TRL
     would add it as a second reward source next to reward_funcs and count every reward twice.

@@ -1,8 +1,8 @@
-"""SWE-bench records and predictions: load, validate, evaluate (embedded in-process, real via the harness).
+"""SWE-bench records and predictions: load, validate, evaluate (embedded in the sandbox, real in containers).
 
     from composer.env import swebench
 
-    instances = swebench.load_instances("lite.jsonl")            # .json / .jsonl / .parquet / HF name
+    instances = swebench.load_instances("lite.jsonl")            # .json / .jsonl / .parquet / HF name / lite:train
     preds = swebench.load_predictions("preds.json")              # mini-swe-agent dict or a list
     report = swebench.evaluate(preds, instances, run_id="spike004")
     report["resolved_ids"], report["instances"][iid]["tests_status"]["FAIL_TO_PASS"]
@@ -15,33 +15,34 @@ schema_version 2) plus `instances`: the per-instance `report.json` content of th
 (patch_is_None, patch_exists, patch_successfully_applied, resolved, tests_status) and
 `error` (None or why the instance errored).
 
-Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does
-it, but stricter about what the model patch may change (composer.env.grading): the repo at
-base_commit, then the model patch without its tests and test-run configuration (conftest.py,
-pytest.ini, pyproject.toml, *.pth, ...: listed in the report's `tampering["reset"]`), then
-test_patch, then FAIL_TO_PASS + PASS_TO_PASS in one cold pytest run in a fresh sandbox; a model
-patch whose added source lines tamper with the test run (`tampering["flagged"]`) is not resolved
-unless flag_tampering=False. A model patch that does not apply is an error instance, an empty one an
-empty-patch instance (never run), as in the harness.
-Real records need the `swebench` package and a running Docker daemon (`python -m
-swebench.harness.run_evaluation`); without them `evaluate` raises before running anything.
+Both kinds are graded on the model patch without its tests and test-run configuration (conftest.py,
+pytest.ini, setup.cfg, pyproject.toml, *.pth, ...: composer.env.grading; listed in the report's
+`tampering["reset"]`), stricter than the harness, which would let a conftest.py the model wrote steer its run; a
+model patch whose added source lines tamper with the test run (`tampering["flagged"]`) is not resolved and not
+run unless flag_tampering=False. An empty patch is an empty-patch instance (never run), a patch that does not
+apply an error instance, as in the harness.
+
+Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does it: the repo at
+base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS in one cold pytest run in a fresh
+sandbox. Real records are graded by the swebench harness's own eval script and log parser in a fresh container
+from the instance image (composer.env.container; needs a container engine and the image); several at once with
+max_workers.
 """
 
 import importlib.util
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from composer.env import grading, sandbox, tasks
+from composer.env import container, grading, sandbox, tasks
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
-EVAL_TIMEOUT_S = 60.0
+LITE = "SWE-bench/SWE-bench_Lite"  # on Hugging Face
+EVAL_TIMEOUT_S = 60.0  # per test run of an embedded record
+REAL_TIMEOUT_S = 1800.0  # per eval script of a real one: the harness's default
 
 
 def _offline() -> bool:
@@ -50,7 +51,11 @@ def _offline() -> bool:
 
 
 def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
-    """Validated records from a .json list, a .jsonl, a .parquet, or a Hugging Face dataset name."""
+    """Validated records from a .json list (or one record), a .jsonl, a .parquet, a Hugging Face dataset name, or
+    "lite:train" / "lite:test": SWE-bench Lite's records (Hugging Face) in one half of 004's split (lite_split)."""
+    if str(source) in ("lite:train", "lite:test"):
+        keep = set(lite_split(str(source).split(":")[1]))
+        return [r for r in load_instances(LITE, split="test") if r["instance_id"] in keep]
     path = Path(source)
     if path.suffix in (".json", ".jsonl", ".parquet") or path.exists():
         if path.suffix == ".jsonl":
@@ -60,8 +65,11 @@ def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
             records = pyarrow.parquet.read_table(path).to_pylist()
         elif path.suffix == ".json":
             records = json.loads(path.read_text())
+            if isinstance(records, dict) and "instance_id" in records:  # one record
+                records = [records]
             if not isinstance(records, list):
-                raise ValueError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
+                raise ValueError(f"{path}: expected a JSON list of records (or one record), "
+                                 f"got {type(records).__name__}")
         else:
             raise ValueError(f"{path}: unknown format (want .json, .jsonl or .parquet)")
     elif re.fullmatch(r"[\w.-]+/[\w.-]+", str(source)):
@@ -74,6 +82,30 @@ def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
     else:
         raise FileNotFoundError(f"{source}: no such file, and not a Hugging Face dataset name (owner/name)")
     return [validate_instance(r) for r in records]
+
+
+SPLITS_DIR = Path(__file__).resolve().parents[2] / "data" / "swebench-lite" / "splits"
+
+
+def lite_split(name: str) -> list[str]:
+    """The instance ids of 004's fixed split of SWE-bench Lite's test split: "train" (197) or "test" (103).
+
+    Rule (data/swebench-lite/splits/README.md): within each repository, by created_at, the latest third (rounded
+    up) is test, the rest train; so every repository is in both and no test issue predates a train issue of its
+    repository. Computed from the committed index lite-test.tsv; train.txt and test.txt hold the result."""
+    if name not in ("train", "test"):
+        raise ValueError(f"unknown split {name!r}: 'train' or 'test'")
+    by_repo: dict[str, list[tuple[str, str]]] = {}
+    with open(SPLITS_DIR / "lite-test.tsv") as f:
+        for line in f.read().splitlines()[1:]:
+            iid, repo, _version, created = line.split("\t")
+            by_repo.setdefault(repo, []).append((created, iid))
+    ids = []
+    for rows in by_repo.values():
+        rows.sort()
+        cut = len(rows) - -(-len(rows) // 3)
+        ids += [iid for _, iid in (rows[:cut] if name == "train" else rows[cut:])]
+    return sorted(ids)
 
 
 def validate_instance(record: dict) -> dict:
@@ -129,31 +161,12 @@ def load_predictions(path: str | Path) -> list[dict]:
 # --- evaluation -----------------------------------------------------------------------------
 
 
-def harness_missing() -> list[str]:
-    """What the real SWE-bench harness lacks here, in words (empty when it can run)."""
-    missing = []
-    if importlib.util.find_spec("swebench") is None:
-        missing.append("the `swebench` package is not installed (pip install swebench)")
-    docker = shutil.which("docker")
-    if docker is None:
-        missing.append("the docker CLI is not installed (https://docs.docker.com/engine/install/)")
-    else:
-        try:
-            info = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=20)
-            if info.returncode != 0:
-                err = (info.stderr.strip().splitlines() or ["no output"])[-1]
-                missing.append(f"the docker CLI is present but no daemon answers ({err}); start dockerd "
-                               "(or Docker Desktop) or point DOCKER_HOST at one")
-        except subprocess.TimeoutExpired:
-            missing.append("`docker info` did not answer within 20 s (daemon hung or unreachable)")
-    return missing
-
-
 def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max_workers: int = 1,
-             timeout_s: float = EVAL_TIMEOUT_S, flag_tampering: bool = True) -> dict:
+             timeout_s: float | None = None, flag_tampering: bool = True) -> dict:
     """Grade predictions against instances the way the SWE-bench harness does (see module doc).
 
-    flag_tampering: an embedded prediction whose source changes tamper with the test run (see
+    timeout_s: per test run; None: EVAL_TIMEOUT_S on embedded records, REAL_TIMEOUT_S (the harness's default) on
+    real ones. flag_tampering: a prediction whose source changes tamper with the test run (see
     composer.env.grading.scan) is not resolved; False grades it on its tests alone."""
     preds = {}
     for p in map(validate_prediction, predictions):
@@ -164,22 +177,31 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
     unknown = sorted(set(preds) - set(by_id))
     if unknown:
         raise ValueError(f"predictions for instances not in the dataset: {unknown[:5]}")
-    real = [i for i in preds if not by_id[i]["repo"].startswith(tasks.REPO_PREFIX)]
-    if real:
-        missing = harness_missing()
-        if missing:
-            raise RuntimeError(f"{len(real)} prediction(s) are for real SWE-bench repos (e.g. {real[0]}), which need "
-                               "the SWE-bench harness, but " + "; and ".join(missing) + ".")
-    embedded = [i for i in preds if i not in real]
+    for iid in preds:
+        if is_real(by_id[iid]):
+            missing = real_missing(by_id[iid])
+            if missing:
+                raise RuntimeError(f"{iid} is a real SWE-bench instance, which is graded in a container, but "
+                                   + "; and ".join(missing) + ".")
     with ThreadPoolExecutor(max(1, max_workers)) as pool:
-        graded = pool.map(lambda i: _evaluate_embedded(preds[i], by_id[i], timeout_s, flag_tampering), embedded)
-        reports = dict(zip(embedded, graded, strict=True))
-    if real:
-        reports.update(_evaluate_real([preds[i] for i in real], [by_id[i] for i in real], run_id, max_workers))
+        graded = pool.map(lambda i: _evaluate_one(preds[i], by_id[i], timeout_s, flag_tampering), list(preds))
+        reports = dict(zip(preds, graded, strict=True))
     return _summary(preds, list(by_id), reports, run_id)
 
 
-def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, flag_tampering: bool) -> dict:
+def is_real(instance: dict) -> bool:
+    """A real SWE-bench record (graded in its instance image), not an embedded one (graded in the sandbox)."""
+    return not instance["repo"].startswith(tasks.REPO_PREFIX)
+
+
+def real_missing(instance: dict) -> list[str]:
+    """What grading a real record lacks here, in words (empty when it can run)."""
+    missing = [] if importlib.util.find_spec("swebench") else [
+        "the `swebench` package is not installed (pip install -e . installs the pinned one)"]
+    return missing + container.problems(instance)
+
+
+def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tampering: bool) -> dict:
     report = {"patch_is_None": pred["model_patch"] is None, "patch_exists": pred["model_patch"] is not None,
               "patch_successfully_applied": False, "resolved": False, "error": None,
               "tampering": {"reset": [], "flagged": []}}
@@ -190,6 +212,17 @@ def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, flag_tamper
         patch = pred["model_patch"]
     flagged = grading.scan(patch)
     report["tampering"] = {"reset": reset, "flagged": flagged}
+    if is_real(instance):
+        if flagged and flag_tampering:
+            return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
+        graded = container.grade({**pred, "model_patch": patch}, instance,
+                                 timeout_s=REAL_TIMEOUT_S if timeout_s is None else timeout_s)
+        return {**graded, "tampering": report["tampering"]}
+    return _evaluate_embedded(patch, instance, report, EVAL_TIMEOUT_S if timeout_s is None else timeout_s,
+                              flagged and flag_tampering)
+
+
+def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: float, refuse: bool) -> dict:
     f2p, p2p = json.loads(instance["FAIL_TO_PASS"]), json.loads(instance["PASS_TO_PASS"])
     with tempfile.TemporaryDirectory(prefix="composer-eval-") as tmp:
         try:
@@ -201,7 +234,7 @@ def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, flag_tamper
         except (ValueError, sandbox.SandboxError) as e:
             report["error"] = str(e)
             return report
-        if flagged and flag_tampering:
+        if refuse:
             return report  # not resolved, and not run: the run's outcomes could not be trusted
         run = sandbox.run_pytest(repo, f2p + p2p, timeout_s=timeout_s)
     report["error"] = run.error
@@ -214,26 +247,6 @@ def _evaluate_embedded(pred: dict, instance: dict, timeout_s: float, flag_tamper
     report["resolved"] = not status["FAIL_TO_PASS"]["failure"] and not status["PASS_TO_PASS"]["failure"]
     report["tests_status"] = status
     return report
-
-
-def _evaluate_real(preds: list[dict], instances: list[dict], run_id: str, max_workers: int) -> dict:
-    """Per-instance reports from `python -m swebench.harness.run_evaluation` (logs stay in a temp dir)."""
-    work = Path(tempfile.mkdtemp(prefix=f"composer-swebench-{run_id}-"))
-    (work / "instances.jsonl").write_text("".join(json.dumps(i) + "\n" for i in instances))
-    (work / "preds.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
-    subprocess.run([sys.executable, "-m", "swebench.harness.run_evaluation", "--dataset_name",
-                    str(work / "instances.jsonl"), "--predictions_path", str(work / "preds.jsonl"),
-                    "--max_workers", str(max_workers), "--run_id", run_id], cwd=work, check=True)
-    reports = {}
-    for p in preds:
-        path = work / "logs" / "run_evaluation" / run_id / p["model_name_or_path"].replace("/", "__") / \
-            p["instance_id"] / "report.json"
-        if path.exists():
-            reports[p["instance_id"]] = {**json.loads(path.read_text())[p["instance_id"]], "error": None}
-        elif (p["model_patch"] or "").strip():
-            reports[p["instance_id"]] = {"patch_is_None": False, "patch_exists": True, "resolved": False,
-                                         "patch_successfully_applied": False, "error": f"no report; logs in {work}"}
-    return reports
 
 
 def _summary(preds: dict, dataset_ids: list[str], reports: dict, run_id: str) -> dict:

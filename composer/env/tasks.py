@@ -1093,7 +1093,7 @@ def _spec_of(instance: dict) -> _Spec:
     m = _ID.match(iid)
     if not str(instance.get("repo", "")).startswith(REPO_PREFIX) or not m:
         raise ValueError(f"{iid}: not an embedded task (repo {instance.get('repo')!r}); a real SWE-bench repo needs "
-                         "a git checkout of `repo` at `base_commit`: use composer.env.swebench")
+                         "its instance image: CodingEnv runs it in a container (composer.env.container)")
     families = tuple(f for i, f in enumerate(MUTATIONS) if int(m["x"], 16) >> i & 1)
     d = Difficulty(int(m["m"]), int(m["f"]), families, int(m["d"]))
     _check(d, m["split"])

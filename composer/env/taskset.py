@@ -12,7 +12,7 @@ a Task (setup, tools, stop conditions, rewards), tool servers (`Toolset`: MCP se
 rollout) and a Harness (the agent program that talks to the model). Here:
 
 - `CodingTaskset` yields one `CodingTask` per SWE-bench-shaped record (`records`, or `records_file`
-  as `python -m composer.prime tasks` writes it; CodingEnv materializes embedded tasks only). The
+  as `python -m composer.prime tasks` writes it; real instances run in containers: composer.env.container). The
   prompt is what `CodingEnv.reset` shows, the system prompt composer.policies.SYSTEM: the student
   reads exactly what it was trained on.
 - `CodingToolset` is an MCP server (a subprocess: `python -m composer.env.taskset`) holding one

@@ -1,0 +1,261 @@
+"""Real SWE-bench instances in containers: one per episode from the instance image, the harness's grading in a fresh one.
+
+    from composer.env import container
+
+    container.problems(record)                     # [] when the engine runs and the instance image is here
+    ws = container.Workspace(record, Path("ep/repo"))     # /testbed copied out to ep/repo and mounted back
+    run = ws.run_tests(["tests/test_x.py::test_y"], timeout_s=600)   # a sandbox.TestRun
+    ws.close()                                     # the container is gone (also when this process dies)
+    report = container.grade(prediction, record, timeout_s=1800)     # swebench's eval script and log parser
+
+Engine: the `podman` or `docker` CLI named by COMPOSER_CONTAINER_ENGINE (a name or a path; default podman, else
+docker). Image: the record's `image` field, else the name swebench derives (`swebench/sweb.eval.x86_64.<id with
+"__" as "_1776_">:latest`); it is never pulled: build one with scripts/swebench-image/build.sh or pull it yourself.
+
+Every container runs with --network none, CPU, memory, process and open-file limits, every capability dropped but
+root's file permissions (CHOWN, DAC_OVERRIDE, FOWNER), and no new privileges. Its main process is `cat`, reading a pipe that this process holds, under --rm: when the pipe
+closes (close(), or this process dying, SIGKILL included) cat ends, the container stops and the engine removes it.
+
+Episodes: the agent's tools work on a host copy of the image's /testbed (without .git), mounted back at /testbed,
+so `run_tests` runs the image's own environment on the agent's files; the task's tests stay hidden (test_patch is
+never applied to the copy). Grading (swebench 4.1.0, pinned in pyproject): in a fresh container the prediction's
+patch is applied the way the harness does (git apply, then with --reject, then patch --fuzz=5), then the harness's
+eval script for the instance runs (test files reset to the base commit, test patch applied, the spec's test
+command), and the harness's log parser and report decide: resolved when every FAIL_TO_PASS and PASS_TO_PASS test
+passes. composer.env.swebench.evaluate first drops test files and test configuration from the patch (a conftest.py
+the agent wrote would steer the harness's run) and refuses tampering, as for embedded tasks.
+"""
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.env import sandbox
+
+NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
+LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
+START_TIMEOUT_S = 120.0
+MAX_OUTPUT = 50_000_000  # bytes of a command's output kept (its end)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds one container (the whole tree of processes in it)."""
+    cpus: float = 2.0
+    memory: str = "4g"
+    pids: int = 1024
+    open_files: int = 4096
+
+
+def engine() -> str:
+    """The container CLI's path: COMPOSER_CONTAINER_ENGINE (podman or docker, a name or a path), else the first found."""
+    wanted = os.environ.get("COMPOSER_CONTAINER_ENGINE")
+    for name in [wanted] if wanted else ["podman", "docker"]:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise RuntimeError(f"no container engine: {wanted or 'podman or docker'} is not on PATH. Install podman "
+                       "(Debian: apt-get install podman runc; see scripts/install-podman.sh) or docker, or set "
+                       "COMPOSER_CONTAINER_ENGINE to the CLI's path")
+
+
+def image(record: dict) -> str:
+    """The instance image: the record's `image` field, else the official name swebench 4.1.0 derives."""
+    if record.get("image"):
+        return record["image"]
+    return test_spec(record).instance_image_key
+
+
+def test_spec(record: dict):
+    """swebench's TestSpec of a Lite record (its eval script, test command and log parser key)."""
+    from swebench.harness.test_spec.test_spec import make_test_spec
+    return make_test_spec({k: v for k, v in record.items() if k != "image"}, namespace=NAMESPACE)
+
+
+def problems(record: dict | None = None) -> list[str]:
+    """What stops a real instance from running here, in words (empty when nothing does)."""
+    try:
+        cli = engine()
+    except RuntimeError as e:
+        return [str(e)]
+    broken = _engine_broken(cli)
+    if broken:
+        return [broken]
+    if record is None:
+        return []
+    name = image(record)
+    if subprocess.run([cli, "image", "inspect", name], capture_output=True).returncode != 0:
+        return [f"the instance image {name} is not here: build it (scripts/swebench-image/build.sh "
+                f"{record['instance_id']}) or pull it (`{Path(cli).name} pull docker.io/{name}`)"]
+    return []
+
+
+@functools.lru_cache(maxsize=None)
+def _engine_broken(cli: str) -> str | None:
+    """Why the engine cannot run containers (None: it can). Asked once per process: every episode's reset checks."""
+    info = subprocess.run([cli, "info"], capture_output=True, text=True, timeout=60)
+    if info.returncode != 0:
+        return f"`{Path(cli).name} info` failed ({_last_line(info.stderr)}): the engine cannot run containers here"
+    return None
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[-1]
+
+
+class Container:
+    """A running container from `image` (see the module doc); exec() runs commands in it, close() removes it."""
+
+    def __init__(self, image_name: str, *, limits: Limits = Limits(), mounts: dict[Path, str] | None = None):
+        self.cli = engine()
+        self.name = f"composer-{uuid.uuid4().hex[:12]}"
+        flags = ["--rm", "-i", "--name", self.name, "--label", f"{LABEL}=1", "--network", "none",
+                 # root in the container keeps only its file permissions (images may hold other users' files)
+                 "--cap-drop", "ALL", "--cap-add", "CHOWN,DAC_OVERRIDE,FOWNER", "--security-opt", "no-new-privileges",
+                 "--cpus", str(limits.cpus), "--memory", limits.memory, "--pids-limit", str(limits.pids),
+                 "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
+                 "--ulimit", f"nproc={limits.pids}:{limits.pids}", "--entrypoint", "/bin/sh"]
+        for host, inside in (mounts or {}).items():
+            flags += ["-v", f"{Path(host).resolve()}:{inside}"]
+        # The main process says it is up, then waits for the end of its stdin: our pipe (see the module doc).
+        self._proc = subprocess.Popen([self.cli, "run", *flags, image_name, "-c", "echo up; exec cat >/dev/null"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        line = _readline(self._proc.stdout, START_TIMEOUT_S)
+        if line.strip() != b"up":
+            self.close()
+            err = self._proc.stderr.read().decode(errors="replace") if self._proc.poll() is not None else ""
+            raise RuntimeError(f"container from {image_name} did not start: {_last_line(err)}")
+
+    def exec(self, command: str, *, timeout_s: float, input: bytes | None = None, env: dict | None = None,
+             workdir: str = "/testbed") -> tuple[int, str, bool]:
+        """(exit status, stdout and stderr together, timed out) of `bash -c command` in the container. A command
+        past timeout_s is killed inside the container (by `timeout`) and the call returns; of its output only the
+        last MAX_OUTPUT bytes leave the container (where the summaries are; a flood cannot fill this process)."""
+        argv = [self.cli, "exec", *(["-i"] if input is not None else []), "-w", workdir]
+        for k, v in (env or {}).items():
+            argv += ["-e", f"{k}={v}"]
+        bounded = f"timeout -s KILL {max(1, int(timeout_s))} /bin/bash -c {shlex.quote(command)} 2>&1"
+        argv += [self.name, "/bin/bash", "-c", f"set -o pipefail; {bounded} | tail -c {MAX_OUTPUT}"]
+        start = time.monotonic()
+        try:
+            done = subprocess.run(argv, input=input, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s + 30)
+        except subprocess.TimeoutExpired as e:  # the engine itself hung: give up on this container
+            self.close()
+            return -9, (e.stdout or b"").decode(errors="replace"), True
+        # 137 is also the status of a process the memory limit killed: only a kill at the deadline is a timeout
+        timed_out = done.returncode == 137 and time.monotonic() - start >= timeout_s - 1
+        return done.returncode, done.stdout.decode(errors="replace"), timed_out
+
+    def write(self, path: str, data: bytes) -> None:
+        rc, out, _ = self.exec(f"cat > {shlex.quote(path)}", timeout_s=60, input=data, workdir="/")
+        if rc != 0:
+            raise RuntimeError(f"could not write {path} in container {self.name}: {out.strip()[-300:]}")
+
+    def close(self) -> None:
+        """Remove the container now (idempotent)."""
+        if self._proc.poll() is None:
+            self._proc.stdin.close()  # cat ends, the container stops; --rm removes it
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                subprocess.run([self.cli, "rm", "-f", self.name], capture_output=True, timeout=60)
+                self._proc.kill()
+                self._proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _readline(stream, timeout_s: float) -> bytes:
+    """One line from a pipe, or b"" after timeout_s."""
+    out = []
+    reader = threading.Thread(target=lambda: out.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return out[0] if out else b""
+
+
+class Workspace:
+    """An episode on a real instance: the image's /testbed copied to `dest` (a new folder) and mounted back."""
+
+    def __init__(self, record: dict, dest: Path, *, limits: Limits = Limits()):
+        self.record, self.repo, self.spec = record, Path(dest), test_spec(record)
+        name = image(record)
+        self.repo.mkdir(parents=True)
+        with Container(name, limits=limits) as source:  # the pristine tree, without .git, onto the host
+            tar = subprocess.Popen([source.cli, "exec", source.name, "tar", "-C", "/testbed", "--exclude=./.git",
+                                    "-cf", "-", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            with tarfile.open(fileobj=tar.stdout, mode="r|") as archive:
+                archive.extractall(self.repo, filter="tar")
+            if tar.wait() != 0:
+                raise RuntimeError(f"could not copy /testbed out of {name}: {_last_line(tar.stderr.read().decode())}")
+        self.container = Container(name, limits=limits, mounts={self.repo: "/testbed"})
+
+    def run_tests(self, test_ids: list[str], *, timeout_s: float) -> sandbox.TestRun:
+        """The spec's test command (pytest -rA ... for pytest repos) on test_ids, or on the whole suite when empty;
+        outcomes from the harness's log parser for the repo."""
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+        start = time.monotonic()
+        test_cmd = MAP_REPO_VERSION_TO_SPECS[self.record["repo"]][self.record["version"]]["test_cmd"]
+        command = f"{ACTIVATE} && {test_cmd} {' '.join(map(shlex.quote, test_ids))}"
+        # nothing of the run's own in the agent's files (its diff): no bytecode, no .pytest_cache
+        rc, output, timed_out = self.container.exec(command, timeout_s=timeout_s, env={
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider"})
+        status = MAP_REPO_TO_PARSER[self.record["repo"]](output, self.spec)
+        passed = {t: s in ("PASSED", "XFAIL") for t, s in status.items()}
+        outcomes = {t: passed.get(t, False) for t in test_ids} if test_ids else passed
+        error = f"tests timed out after {timeout_s:.0f} s" if timed_out else \
+            None if status else f"no test ran (exit status {rc})"
+        return sandbox.TestRun(outcomes=outcomes, output=output[-20_000:], timed_out=timed_out, returncode=rc,
+                               duration_s=time.monotonic() - start, error=error)
+
+    def close(self) -> None:
+        self.container.close()
+
+
+ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed && cd /testbed"
+
+
+def grade(prediction: dict, record: dict, *, timeout_s: float, limits: Limits = Limits()) -> dict:
+    """The harness's report for one prediction (patch_is_None, patch_exists, patch_successfully_applied, resolved,
+    tests_status) plus `error`, from a fresh container (see the module doc)."""
+    from swebench.harness.grading import get_eval_report
+    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+    spec = test_spec(record)
+    patch = prediction["model_patch"] or ""
+    report = {"patch_is_None": prediction["model_patch"] is None, "patch_exists": bool(patch),
+              "patch_successfully_applied": False, "resolved": False, "error": None}
+    with Container(image(record), limits=limits) as box:
+        box.write("/tmp/patch.diff", patch.encode())
+        for apply in GIT_APPLY_CMDS:
+            rc, applied, _ = box.exec(f"{apply} /tmp/patch.diff", timeout_s=120)
+            if rc == 0:
+                break
+        else:
+            report["error"] = f"patch did not apply: {applied.strip()[-500:]}"
+            return report
+        box.write("/eval.sh", spec.eval_script.encode())
+        rc, output, timed_out = box.exec("/bin/bash /eval.sh", timeout_s=timeout_s, workdir="/")
+    if timed_out:
+        report.update(patch_successfully_applied=True, error=f"tests timed out after {timeout_s:.0f} s")
+        return report
+    with tempfile.TemporaryDirectory(prefix="composer-grade-") as tmp:
+        log = Path(tmp) / "test_output.txt"
+        log.write_text(output)
+        official = get_eval_report(test_spec=spec, prediction=prediction, test_log_path=str(log),
+                                   include_tests_status=True)[record["instance_id"]]
+    return {**report, **official, "error": None}

@@ -1,0 +1,215 @@
+"""Tests for composer.env.container: a real SWE-bench Lite instance (marshmallow-code__marshmallow-1343) in podman.
+
+They need a container engine that runs here and build the instance image once if it is missing (conftest.py's
+real_record). Without an engine they skip with the reason; .ci/run installs podman and sets
+COMPOSER_REQUIRE_CONTAINERS=1, which turns that skip into a failure.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from composer.env import container, swebench
+from composer.env.environment import CodingEnv, EnvConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_RECORD = ROOT / "data/swebench-lite/marshmallow-code__marshmallow-1343.json"
+F2P = "tests/test_marshalling.py::TestUnmarshaller::test_deserialize_wrong_nested_type_with_validates_method"
+
+# A conftest.py that reports every test as passed: what a policy under RL would try.
+FORGED_CONFTEST = """diff --git a/conftest.py b/conftest.py
+new file mode 100644
+--- /dev/null
++++ b/conftest.py
+@@ -0,0 +1,8 @@
++import pytest
++
++@pytest.hookimpl(hookwrapper=True)
++def pytest_runtest_makereport(item, call):
++    outcome = yield
++    report = outcome.get_result()
++    report.outcome = "passed"
++    report.longrepr = None
+"""
+# The failing test rewritten to pass, the source left alone.
+EDITED_TEST = """diff --git a/tests/test_marshalling.py b/tests/test_marshalling.py
+--- a/tests/test_marshalling.py
++++ b/tests/test_marshalling.py
+@@ -283,3 +283,6 @@ class TestUnmarshaller:
+ 
+             assert result is None
+             assert excinfo.value.messages == {'foo': {'_schema': ['Invalid input type.']}}
++
++    def test_deserialize_wrong_nested_type_with_validates_method(self):
++        pass
+"""
+# A change to the right function that does not fix it.
+WRONG_FIX = """diff --git a/src/marshmallow/schema.py b/src/marshmallow/schema.py
+--- a/src/marshmallow/schema.py
++++ b/src/marshmallow/schema.py
+@@ -1,4 +1,5 @@
+ # -*- coding: utf-8 -*-
++# a comment is not a fix
+ \"\"\"The :class:`Schema` class, including its metaclass and options (class Meta).\"\"\"
+ from __future__ import absolute_import, unicode_literals
+ 
+"""
+
+
+@pytest.fixture(scope="module")
+def record(real_record):
+    return real_record
+
+
+def pred(rec, patch, model="test"):
+    return {"instance_id": rec["instance_id"], "model_name_or_path": model, "model_patch": patch}
+
+
+def ours(name: str | None = None) -> set[str]:
+    """The containers this module started that exist now (of them, `name` only, if given)."""
+    out = subprocess.run([container.engine(), "ps", "-a", "--filter", f"label={container.LABEL}",
+                          "--format", "{{.Names}}"], capture_output=True, text=True, check=True).stdout
+    return set(out.split()) & {name} if name else set(out.split())
+
+
+def episode(rec, patch: str | None) -> tuple[float, str]:
+    """(reward, the episode's container name) of applying `patch` and submitting."""
+    env = CodingEnv()
+    env.reset(instance=rec)
+    name = env._ep.workspace.container.name
+    if patch:
+        assert env.call("apply_patch", diff=patch).info.ok
+    reward = env.call("submit").reward
+    env.close()
+    return reward, name
+
+
+def test_an_episode_runs_in_the_image_with_hidden_tests_and_gold_scores_1(record):
+    env = CodingEnv()
+    obs = env.reset(instance=record)
+    assert "src/marshmallow/schema.py" in obs.text and "the tests in the repository" in obs.text
+    test_file = (env.repo / "tests/test_marshalling.py").read_text()
+    assert "test_deserialize_wrong_nested_type_with_validates_method" not in test_file  # hidden: no test_patch
+    assert not (env.repo / ".git").exists()
+    ran = env.call("run_tests", test_ids=["tests/test_marshalling.py::test_missing_is_falsy"])
+    assert ran.info.tests == {"tests/test_marshalling.py::test_missing_is_falsy": True}
+    hidden = env.call("run_tests", test_ids=[F2P])
+    assert hidden.info.tests == {F2P: False} and "not found" in hidden.text
+    # the image's Python 3.9 environment, not ours: marshmallow 2.20 fails 13 of its tests on 3.11
+    version = env.call("run_tests", test_ids=[])
+    assert version.info.ok and len(version.info.tests) > 700 and all(version.info.tests.values())
+    assert env.call("apply_patch", diff=record["patch"]).info.ok
+    done = env.call("submit")
+    assert done.done and done.reward == 1.0 and done.info.tests[F2P] is True
+    env.close()
+    assert env.repo is None
+
+
+def test_empty_edited_test_and_forged_conftest_score_0(record):
+    assert episode(record, None)[0] == 0.0
+    report = swebench.evaluate([pred(record, EDITED_TEST)], [record], run_id="t")["instances"][record["instance_id"]]
+    assert report["resolved"] is False and report["tampering"]["reset"] == ["tests/test_marshalling.py"]
+    forged = swebench.evaluate([pred(record, FORGED_CONFTEST)], [record], run_id="t",
+                               flag_tampering=False)["instances"][record["instance_id"]]
+    assert forged["resolved"] is False and forged["tampering"]["reset"] == ["conftest.py"]
+    # The harness's own run is fooled by it: only the filter in front of it keeps the reward honest.
+    assert container.grade(pred(record, FORGED_CONFTEST), record, timeout_s=600)["resolved"] is True
+
+
+def test_three_episodes_at_once(record):
+    with ThreadPoolExecutor(3) as pool:
+        done = list(pool.map(lambda p: episode(record, p), [record["patch"], WRONG_FIX, record["patch"]]))
+    assert [reward for reward, _ in done] == [1.0, 0.0, 1.0]
+    names = {name for _, name in done}
+    assert len(names) == 3 and not set().union(*(ours(n) for n in names))
+
+
+def test_a_flood_of_output_stays_in_the_container_but_its_end(record, monkeypatch):
+    monkeypatch.setattr(container, "MAX_OUTPUT", 1000)
+    with container.Container(container.image(record)) as box:
+        rc, out, timed_out = box.exec("seq 1 100000", timeout_s=60)
+    assert (rc, timed_out) == (0, False) and len(out) == 1000 and out.endswith("\n99999\n100000\n")
+
+
+def test_a_test_run_past_its_timeout_is_cut_and_reported(record):
+    env = CodingEnv(config=EnvConfig(real_test_timeout_s=3))
+    env.reset(instance=record)
+    (env.repo / "tests/test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    start = time.monotonic()
+    obs = env.call("run_tests", test_ids=["tests/test_slow.py::test_slow"])
+    assert time.monotonic() - start < 30
+    assert obs.info.error == "tests timed out after 3 s" and obs.info.tests == {"tests/test_slow.py::test_slow": False}
+    env.close()
+
+
+def test_a_killed_episode_leaves_no_container(record, tmp_path):
+    code = ("import json, sys, time; from pathlib import Path; from composer.env import container\n"
+            f"ws = container.Workspace(json.load(open({str(REAL_RECORD)!r})), Path({str(tmp_path / 'repo')!r}))\n"
+            "print(ws.container.name, flush=True); time.sleep(600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    name = child.stdout.readline().strip()
+    assert name and ours(name) == {name}
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    deadline = time.monotonic() + 60
+    while ours(name) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ours(name) == set()
+
+
+def test_grading_agrees_with_the_official_run_evaluation(record, tmp_path):
+    """The same predictions through `python -m swebench.harness.run_evaluation` (docker API on podman's socket).
+    A forged conftest.py is where the two differ on purpose (test_empty_edited_test_and_forged_conftest_score_0)."""
+    if Path(container.engine()).name != "podman":
+        pytest.skip("the official harness is driven through podman's docker-compatible socket here")
+    sock = tmp_path / "podman.sock"
+    service = subprocess.Popen([container.engine(), "system", "service", "--time=0", f"unix://{sock}"])
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (tmp_path / "instances.json").write_text(json.dumps([record]))
+        cases = {"gold": record["patch"], "wrong": WRONG_FIX}
+        for name, patch in cases.items():  # one at a time: a run's report inspects every container, others' too
+            (tmp_path / f"{name}.json").write_text(json.dumps([pred(record, patch, name)]))
+            run = subprocess.run(
+                [sys.executable, "-m", "swebench.harness.run_evaluation", "--dataset_name", "instances.json",
+                 "--predictions_path", f"{name}.json", "--namespace", container.NAMESPACE, "--cache_level",
+                 "instance", "--run_id", name, "--max_workers", "1", "--timeout", "600"],
+                cwd=tmp_path, env={**os.environ, "DOCKER_HOST": f"unix://{sock}"}, capture_output=True, text=True)
+            assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    finally:
+        service.terminate()
+        service.wait()
+    iid = record["instance_id"]
+    mine = {n: swebench.evaluate([pred(record, p, n)], [record], run_id=n)["instances"][iid] for n, p in cases.items()}
+    official = {n: json.loads((tmp_path / f"logs/run_evaluation/{n}/{n}/{iid}/report.json").read_text())[iid]
+                for n in cases}
+    for name in cases:
+        assert mine[name]["resolved"] == official[name]["resolved"] == (name == "gold")
+        assert mine[name]["tests_status"] == official[name]["tests_status"]
+
+
+def test_no_engine_is_a_clear_error_before_any_work(monkeypatch):
+    monkeypatch.setenv("COMPOSER_CONTAINER_ENGINE", "no-such-engine")
+    with pytest.raises(RuntimeError, match="no-such-engine is not on PATH"):
+        container.engine()
+    rec = json.loads(REAL_RECORD.read_text())
+    with pytest.raises(RuntimeError, match="cannot start an episode on marshmallow-code__marshmallow-1343: no "
+                                           "container engine"):
+        CodingEnv().reset(instance=rec)
+    with pytest.raises(RuntimeError, match="graded in a container, but no container engine"):
+        swebench.evaluate([pred(rec, rec["patch"])], [rec], run_id="t")
+
+
+def test_a_missing_image_names_the_build_script(record):
+    other = {**record, "image": "localhost/composer-test/no-such-image:1"}
+    (problem,) = container.problems(other)
+    assert "no-such-image:1 is not here" in problem and "scripts/swebench-image/build.sh" in problem
