@@ -113,6 +113,9 @@ def main(argv=None) -> int:
     commands.add_parser("zoo", help="train (or load from the cache) the tiny student and teachers; print pass@1",
                         add_help=False)
 
+    commands.add_parser("plan", help="GPU memory and GPU-hours of the live profiles (estimates); --write updates "
+                                     "their YAML headers", add_help=False)
+
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"] and len(argv) > 2 and not argv[1].startswith("-") and {"-h", "--help"} & set(argv):
         return describe(argv)
@@ -128,6 +131,10 @@ def main(argv=None) -> int:
         from composer import zoo
 
         return zoo.main(argv[1:])
+    if argv[:1] == ["plan"]:
+        from composer import plan
+
+        return plan.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench(args.name, args.args)

@@ -1,0 +1,84 @@
+"""composer.plan: the memory and GPU-hour arithmetic on hand-computed inputs, bad setups, and the live YAML headers
+carrying exactly what it computes (so the tables are never hand-typed)."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from composer import plan
+from composer.paths import ROOT
+
+# 1e9 parameters, 2 layers, hidden 10, vocabulary 100, KV 8 bytes per token, 1,000 generated tokens/s
+TOY = plan.Model(1.0, 2, 10, 100, 8, 1000.0)
+
+
+def test_memory_parts_by_hand():
+    full = plan.memory_gb(TOY, plan.Setup("full", "colocate", 0.4, 1), seq_tokens=1000)
+    # activations: 1000 tokens x (2 layers x 2 bytes x 10 + 34 x 10 + 6 x 100) = 980,000 bytes
+    assert full["training_state"] == 16.0 and full["activations"] == pytest.approx(0.00098)
+    assert full["vllm"] == 32.0 and full["runtime"] == plan.RUNTIME_GB
+    assert full["total"] == pytest.approx(16 + 0.00098 + 32 + 3) and full["fits"] and full["vllm_holds_model"]
+    lora = plan.memory_gb(TOY, plan.Setup("lora", "colocate", 0.4, 2), seq_tokens=1000)
+    assert lora["training_state"] == pytest.approx((2 + 16 * plan.LORA_SHARE) / 2)
+    teacher = plan.memory_gb(TOY, plan.Setup("full", "none", 0, 4, hint_teacher=True), seq_tokens=1000)
+    assert teacher["training_state"] == pytest.approx(18 / 4) and teacher["vllm"] == 0
+    server = plan.memory_gb(TOY, plan.Setup("full", "server", 0, 3), seq_tokens=1000)
+    assert server["training_state"] == 8.0  # 2 of the 3 GPUs train
+    # colocated vLLM must hold the bf16 model (2 GB) and one sequence's KV: 2.1 GB at 5% of 80 GB does not fit it
+    tight = plan.memory_gb(plan.Model(1.0, 2, 10, 100, 100_000_000, 1000.0), plan.Setup("lora", "colocate", 0.05, 1),
+                           seq_tokens=1000)
+    assert tight["vllm"] == 4.0 and not tight["vllm_holds_model"] and not tight["fits"]
+
+
+def test_gpu_hours_by_hand():
+    cost = plan.gpu_hours(TOY, plan.Setup("full", "colocate", 0.4, 2), steps=10, rollouts_per_step=40,
+                          tokens_per_rollout=500)
+    assert cost["generate_s"] == 40 * 500 / (1000 * 2)
+    assert cost["train_s"] == pytest.approx(6e9 * 20_000 / (plan.MFU * plan.PEAK_FLOPS * 2))
+    assert cost["grade_s"] == 2 * plan.GRADING_S  # 40 rollouts over 32 graders: two rounds
+    assert cost["hours"] == pytest.approx(10 * cost["step_s"] / 3600) and cost["gpu_hours"] == 2 * cost["hours"]
+    served = plan.gpu_hours(TOY, plan.Setup("full", "server", 0, 3, hint_teacher=True), steps=10,
+                            rollouts_per_step=40, tokens_per_rollout=500)
+    assert served["generate_s"] == 40 * 500 / 1000  # one serving GPU
+    assert served["train_s"] == pytest.approx(8e9 * 20_000 / (plan.MFU * plan.PEAK_FLOPS * 2))
+
+
+@pytest.mark.parametrize("args, message", [
+    (("half", "none", 0, 1), "mode 'half'"),
+    (("full", "remote", 0, 1), "vllm 'remote'"),
+    (("full", "colocate", 0, 1), "vllm_fraction 0"),
+    (("full", "none", 0.3, 1), "vllm_fraction 0.3"),
+    (("full", "server", 0, 1), "more than 1 in server mode"),
+])
+def test_bad_setups_are_refused_by_name(args, message):
+    with pytest.raises(ValueError, match=message):
+        plan.Setup(*args)
+
+
+def test_an_8b_full_fine_tune_with_colocated_vllm_does_not_fit_one_gpu():
+    values = yaml.safe_load((ROOT / "params/live/002a-trace-collection-trl.yaml").read_text())
+    rows = {(s.mode, s.gpus): plan.memory_gb(plan.MODELS[values["student"]], s,
+                                             seq_tokens=values["max_completion_length"])["fits"]
+            for s in plan.SETUPS["002a-trace-collection-trl"]}
+    assert rows == {("full", 1): False, ("lora", 1): True, ("full", 8): True}
+
+
+def test_the_live_headers_carry_the_computed_tables():
+    for slug in plan.SETUPS:
+        path = ROOT / "params" / "live" / f"{slug}.yaml"
+        assert plan.render(path) == path.read_text(), f"{path.name}: run python -m composer plan --write"
+        assert "\n".join(plan.table(slug, yaml.safe_load(path.read_text()))) in path.read_text()
+    done = subprocess.run([sys.executable, "-m", "composer", "plan"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and "GPU-hours per arm and seed" in done.stdout
+
+
+def test_a_stale_header_is_reported(tmp_path, monkeypatch):
+    (tmp_path / "params" / "live").mkdir(parents=True)
+    for slug in plan.SETUPS:
+        text = (ROOT / "params" / "live" / f"{slug}.yaml").read_text()
+        (tmp_path / "params" / "live" / f"{slug}.yaml").write_text(text.replace("| yes |", "| no |"))
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    assert plan.main([]) == 1
+    assert plan.main(["--write"]) == 0 and plan.main([]) == 0
