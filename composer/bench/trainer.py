@@ -1,6 +1,6 @@
 """ComposerTrainer's overhead against stock TRL GRPOTrainer: step time and peak memory.
 
-    python -m composer bench trainer [--repeats N] [--size tiny|small] [--no-memory]
+    python -m composer bench trainer [--repeats N] [--size tiny|small|gpu] [--no-memory]
 
     from composer.bench.trainer import measure
     result = measure(size="small", repeats=10, memory=True)   # the dict printed as the last stdout line
@@ -66,6 +66,10 @@ SIZES = {
     "small": dict(model=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
                              num_key_value_heads=4, head_dim=32),
                   batch=8, generations=4, completion=64, pairs=4),
+    # ~85M parameters: the prepared device check's size (composer.bench.gpu), for a GPU
+    "gpu": dict(model=dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+                           num_key_value_heads=4, head_dim=64),
+                batch=16, generations=4, completion=256, pairs=8),
 }
 LR = 1e-6
 WARMUP = 2
@@ -114,7 +118,7 @@ def _device() -> tuple[bool, str]:
 def _model_path(size: str) -> Path:
     from composer.models import tiny_model
 
-    return tiny_model("tiny") if size == "tiny" else tiny_model("bench-small", **SIZES["small"]["model"])
+    return tiny_model("tiny") if size == "tiny" else tiny_model(f"bench-{size}", **SIZES[size]["model"])
 
 
 def _train_dataset():

@@ -1,0 +1,103 @@
+"""The prepared device check: what one GPU says about the trainer and the generation path, as one JSON line.
+
+    scripts/gpu-check.sh              # one GPU, no network, under 10 minutes (python -m composer bench gpu)
+    scripts/gpu-check.sh --reduced    # what the test suite runs on CPU: the tiny model, 2 rounds, no vLLM step
+
+Two parts, each reported even when the other fails:
+  trainer  `bench trainer` at size "gpu" (~85M parameters, built locally; nothing is downloaded) with its memory
+           processes: step time and peak memory of stock GRPO against ComposerTrainer with each channel
+           (ratio_00_time, ratio_all_time, ratio_all_mem) and training tokens per second of the `all` arm
+  vllm     where vLLM is installed and CUDA is there: one GRPO step with vLLM colocate generation and the coding
+           environment (TRL's environment_factory on embedded tasks, the same collector as 002a) with the tiny
+           model: its wall time, rollouts and generated tokens per second; otherwise why it was skipped
+The figures are a GPU's only when `device` says cuda; label them so wherever they are quoted.
+"""
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+from composer.bench import machine
+from composer.bench import trainer as trainer_bench
+
+
+def trainer_part(size: str, repeats: int, memory: bool) -> dict:
+    result = trainer_bench.measure(size=size, repeats=repeats, memory=memory)
+    batch = result["batch"]
+    tokens = result["config"]["rollouts"] * (batch["prompt_tokens"] + batch["completion_tokens"])
+    return {k: result[k] for k in ("ratio_00_time", "ratio_all_time", "ratio_all_mem", "meets_targets", "device",
+                                   "size", "repeats")} | {
+        "tokens_per_step": tokens,
+        "train_tokens_per_s_all": tokens / result["arms"]["all"]["step_s_median"],
+        "step_s_median": {arm: a["step_s_median"] for arm, a in result["arms"].items()},
+        "peak_mem_bytes": {arm: a["peak_mem_bytes"] for arm, a in result["arms"].items()},
+        "model": result["config"]["model"], "wall_s": result["wall_s"]}
+
+
+def vllm_part() -> dict:
+    if importlib.util.find_spec("vllm") is None:
+        return {"skipped": "vllm is not installed (pip install -e '.[live]')"}
+    if not torch.cuda.is_available():
+        return {"skipped": "no CUDA device: vLLM colocate needs one"}
+    from composer import collect
+    from composer.env import tasks
+    from composer.models import tiny_model
+    from composer.policies import ENV_CONFIG
+
+    records = tasks.generate(2, seed=0)
+    torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory(prefix="composer-gpu-check-") as run_dir:
+        done = collect.collect_trl(
+            tiny_model(), records, run_dir, resume=False, steps=1, prompts_per_step=2, generations=2,
+            max_completion_length=512, max_tool_calling_iterations=12, env_config=ENV_CONFIG, call_timeout_s=60.0,
+            faults=None, seed=0, temperature=1.0, learning_rate=1e-6,
+            use_cpu=False, bf16=True, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
+    log = next((h for h in done.log_history if "loss" in h), {})
+    generated = log.get("completions/mean_length", 0.0) * done.written
+    return {"wall_s": done.wall_s, "rollouts": done.written, "rollouts_per_s": done.written / done.wall_s,
+            "generated_tokens_per_s": generated / done.wall_s,
+            "peak_mem_bytes": torch.cuda.max_memory_allocated(), "train_log": log}
+
+
+def _guarded(part, *args) -> dict:
+    try:
+        return part(*args)
+    except Exception as e:  # the other part still reports
+        return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m composer bench gpu", description=__doc__.split("\n")[0])
+    parser.add_argument("--reduced", action="store_true", help="tiny model, 2 rounds, no memory processes, no vLLM "
+                                                               "step (what the test suite runs on CPU)")
+    args = parser.parse_args(argv)
+    start, begin = time.perf_counter(), machine()
+    if args.reduced:
+        trainer = _guarded(trainer_part, "tiny", 2, False)
+        vllm = {"skipped": "reduced mode (--reduced)"}
+    else:
+        trainer = _guarded(trainer_part, "gpu", 10, True)
+        vllm = _guarded(vllm_part)
+    cuda = torch.cuda.is_available()
+    result = {"mode": "reduced" if args.reduced else "full", "cuda": cuda,
+              "gpu": torch.cuda.get_device_name() if cuda else None,
+              "trainer": trainer, "vllm": vllm, "wall_s": time.perf_counter() - start, **begin}
+    t = trainer
+    if "error" not in t:
+        mem = "not measured" if t["ratio_all_mem"] is None else f"{t['ratio_all_mem']:.2f}x"
+        print(f"trainer ({t['device']}, size {t['size']}): all channels {t['ratio_all_time']:.2f}x GRPO's step time, "
+              f"memory {mem}; {t['train_tokens_per_s_all']:.0f} training tokens/s")
+    print("vllm: " + (vllm.get("skipped") or vllm.get("error") or
+                      f"one colocate GRPO step with the environment in {vllm['wall_s']:.1f} s"))
+    print(json.dumps(result))
+    return 1 if "error" in trainer or "error" in vllm else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
