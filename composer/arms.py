@@ -26,7 +26,10 @@ as an uninterrupted one.
 
 With workers > 0 each job runs in a fresh spawned process (torch threads split between the workers): two jobs at
 once on two cores, and each job's peak RSS is its own (interpreter and imports included). With workers = 0 jobs run
-in this process, in order, and no peak memory is recorded.
+in this process, in order, and no peak memory is recorded. With `launch` (a launcher's command line, e.g.
+["accelerate", "launch", "--config_file", "params/live/accelerate-fsdp2.yaml"]) each training runs on all the
+launcher's processes, the step's rollouts shared out among them (the same GRPO budget), rank 0 writing the job's
+folder; evaluations run as without it.
 """
 
 import dataclasses
@@ -38,6 +41,8 @@ import os
 import random
 import resource
 import shutil
+import subprocess
+import sys
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -285,10 +290,18 @@ def jobs(plan: Plan) -> list[dict]:
 
 
 def _train(plan: Plan, job: dict, out: Path) -> dict:
+    """Train one arm and seed into `out`; on every process of a distributed launch alike (rank 0 writes)."""
     from composer import collect, pairs
 
     dataset = pairs.load(job["pairs"]) if job["pairs"] else None
-    grpo = dict(plan.grpo)
+    # the launcher's process count; the trainer sets the process group up (an accelerate state made here first
+    # leaves GRPO's distributed dataloader empty)
+    grpo, processes = dict(plan.grpo), int(os.environ.get("WORLD_SIZE", "1"))
+    if processes > 1:  # the step's rollouts shared out: the same GRPO budget as on one process
+        rollouts = grpo["prompts_per_step"] * grpo["generations"]
+        if rollouts % processes:
+            raise ValueError(f"{rollouts} rollouts per step do not split over {processes} processes")
+        grpo["per_device_train_batch_size"] = rollouts // processes
     trainer = collect.build_trainer(
         plan.student, seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
         recording_env=False, channels=job["channels"], pairs_dataset=dataset, **grpo)
@@ -298,9 +311,37 @@ def _train(plan: Plan, job: dict, out: Path) -> dict:
     finally:
         collect.close_environments(trainer)
     wall = time.perf_counter() - start
-    trainer.save_model(str(out / "model"))
-    shutil.rmtree(out / "trainer", ignore_errors=True)  # TRL's run folder: logs we keep below
-    return {"wall_s": round(wall, 2), "log": trainer.state.log_history, "model": "model"}
+    trainer.save_model(str(out / "model"))  # every rank takes part; the main process writes
+    trainer.accelerator.wait_for_everyone()
+    if trainer.accelerator.is_main_process:
+        shutil.rmtree(out / "trainer", ignore_errors=True)  # TRL's run folder: logs we keep below
+    return {"wall_s": round(wall, 2), "log": trainer.state.log_history, "model": "model",
+            "processes": trainer.accelerator.num_processes}
+
+
+def _launched(plan: Plan, job: dict, out: Path, launch: list[str]) -> dict:
+    """_train under a launcher (`accelerate launch --config_file params/live/accelerate-fsdp2.yaml`, `torchrun
+    --nproc-per-node N`): every rank runs `python -m composer.arms FOLDER`; rank 0 writes the model and the result
+    into `out`, which this process then publishes like any job's."""
+    spec = out / "launch.json"
+    spec.write_text(json.dumps({"plan": dataclasses.asdict(plan), "job": job}, default=str), encoding="utf-8")
+    done = subprocess.run([*launch, "-m", "composer.arms", str(out)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(launch)} exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
+    result = json.loads((out / "train.json").read_text(encoding="utf-8"))
+    spec.unlink()
+    (out / "train.json").unlink()
+    return result
+
+
+def _launched_main(folder: str) -> None:
+    from accelerate import PartialState
+
+    spec = json.loads((Path(folder) / "launch.json").read_text(encoding="utf-8"))
+    plan = Plan(**{**spec["plan"], "env": EnvConfig(**spec["plan"]["env"])})
+    result = _train(plan, spec["job"], Path(folder))
+    if PartialState().is_main_process:
+        (Path(folder) / "train.json").write_text(json.dumps(result, default=str), encoding="utf-8")
 
 
 def _evaluate(plan: Plan, job: dict, model: Path) -> dict:
@@ -327,8 +368,9 @@ def _worker_init(parent: int, filters: list) -> None:
     warnings.filters[:] = filters
 
 
-def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads: int | None) -> dict:
-    """Do one job into its folder (published when done) and return its result."""
+def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads: int | None,
+             launch: list[str] | None = None) -> dict:
+    """Do one job into its folder (published when done) and return its result; a training under `launch`."""
     import torch
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -338,7 +380,7 @@ def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads
 
     def build(tmp: Path):
         if job["kind"] == "train":
-            result = _train(plan, job, tmp)
+            result = _launched(plan, job, tmp, launch) if launch else _train(plan, job, tmp)
         else:
             model = plan.student if job["arm"] == BASELINE else jobs_dir / job["after"] / "model"
             result = _evaluate(plan, job, Path(model))
@@ -364,11 +406,13 @@ def read(folder: Path) -> dict:
     return json.loads((Path(folder) / "result.json").read_text(encoding="utf-8"))
 
 
-def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_only: bool = False) -> dict:
+def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_only: bool = False,
+        launch: list[str] | None = None) -> dict:
     """Do every job of the plan not finished yet (see the module docstring) and return every result:
     {"baseline": eval result, (arm, seed): {"train": ..., "eval": ..., "keys": (train key, eval key)}}
-    (train_only: the trainings alone, e.g. for the benchmark). A failing job stops the run with its name once
-    the jobs already running have finished (their results are kept)."""
+    (train_only: the trainings alone, e.g. for the benchmark). launch: a launcher's command line that each
+    training runs under (accelerate launch ..., torchrun ...; see _launched). A failing job stops the run with its
+    name once the jobs already running have finished (their results are kept)."""
     jobs_dir = Path(run_dir) / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     for stale in jobs_dir.glob(".*.tmp"):  # a killed run's unfinished job
@@ -388,7 +432,7 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
             for job in pending:
                 bar.set_postfix_str(job["key"].rsplit("-", 1)[0])
                 try:
-                    done[job["key"]] = _run_job(plan, job, jobs_dir, False, None)
+                    done[job["key"]] = _run_job(plan, job, jobs_dir, False, None, launch)
                 except Exception as e:
                     raise RuntimeError(f"004 job {job['key']} failed: {e!r}") from e
                 bar.update()
@@ -400,7 +444,7 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
                 while pending or running:
                     for job in [j for j in pending if ready(j) and failure is None][:workers - len(running)]:
                         pending.remove(job)
-                        running[pool.submit(_run_job, plan, job, jobs_dir, True, threads)] = job
+                        running[pool.submit(_run_job, plan, job, jobs_dir, True, threads, launch)] = job
                     if not running:
                         break
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -440,3 +484,6 @@ def train_curve(results: dict, arm: str, seeds: int, metric: str = "reward") -> 
     return [[h.get(metric, float("nan")) for h in results[arm, s]["train"]["log"] if "step" in h and "loss" in h]
             for s in range(seeds)]
 
+
+if __name__ == "__main__":  # one rank of a launched training (_launched)
+    _launched_main(sys.argv[1])

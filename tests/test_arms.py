@@ -257,3 +257,25 @@ def test_a_spawned_job_worker_keeps_its_parents_warning_filters():
                                  initargs=(os.getpid(), list(warnings.filters))) as pool:
             first = pool.submit(eval, "__import__('warnings').filters[0][:3:2]").result()
     assert first == ("ignore", FutureWarning)
+
+
+def test_a_training_runs_under_a_two_process_launcher(tmp_path):
+    """One arm's training (GRPO + DPO) on 2 CPU processes under torchrun (what `accelerate launch` with the FSDP2
+    config does on GPUs): the step's rollouts are shared out, rank 0 publishes the job folder, the model loads."""
+    import dataclasses
+    import sys
+
+    plan, _ = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    plan = dataclasses.replace(plan, arms={"B": plan.arms["B"]})
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    done = arms.run(plan, tmp_path, progress=False, train_only=True, launch=launch)
+    train = done["B", 0]["train"]
+    assert train["processes"] == 2
+    logged = [h for h in train["log"] if "loss" in h]
+    assert len(logged) == plan.grpo["steps"] and "trace_replay/reward_accuracy" in logged[0]
+    folder = tmp_path / "jobs" / done["B", 0]["keys"][0]
+    assert (folder / "model" / "model.safetensors").is_file()
+    assert sorted(p.name for p in folder.iterdir()) == ["model", "result.json"]  # nothing of the launch left
+    with pytest.raises(RuntimeError, match="exited with"):
+        arms.run(dataclasses.replace(plan, seeds=2), tmp_path, progress=False, train_only=True,
+                 launch=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-such-flag"])
