@@ -722,13 +722,16 @@ def _reason(error: str) -> str:
 
 
 def reward_alignment(records: list[traces.StepRecord], verdict: Callable[[traces.StepRecord], float | None],
-                     *, tol: float = 1e-9) -> dict:
-    """Compare each rollout's final reward with verdict(final record), the environment's own re-judgement."""
+                     *, tol: float = 1e-9, workers: int = 1) -> dict:
+    """Compare each rollout's final reward with verdict(final record), the environment's own re-judgement;
+    `workers` rollouts re-judged at once (real instances: each a container of its own)."""
     groups = traces.group_traces(records, on_error="collect")
+    finals = {tid: steps[-1] for tid, steps in groups.items()}
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        verdicts = dict(zip(finals, pool.map(verdict, finals.values()), strict=True))
     checked, skipped, mismatches = 0, 0, []
-    for tid, steps in groups.items():
-        final = steps[-1]
-        expected = verdict(final)
+    for tid, final in finals.items():
+        expected = verdicts[tid]
         if expected is None:
             skipped += 1
             continue
@@ -738,9 +741,11 @@ def reward_alignment(records: list[traces.StepRecord], verdict: Callable[[traces
     return {"checked": checked, "aligned": checked - len(mismatches), "skipped": skipped, "mismatches": mismatches}
 
 
-def embedded_verdict(instances: list[dict], *, timeout_s: float = 20.0) -> Callable[[traces.StepRecord], float]:
-    """verdict() for reward_alignment on the embedded environment: re-grade the submitted patch like submit()
-    (swebench.evaluate on a fresh copy); an unsubmitted or errored rollout earns 0.0."""
+def embedded_verdict(instances: list[dict], *, timeout_s: float = 20.0,
+                     real_timeout_s: float = 1800.0) -> Callable[[traces.StepRecord], float]:
+    """verdict() for reward_alignment on the environment: re-grade the submitted patch like submit()
+    (swebench.evaluate on a fresh copy, or a fresh container for a real instance, with EnvConfig's test_timeout_s
+    and real_test_timeout_s); an unsubmitted or errored rollout earns 0.0."""
     from composer.env import swebench
 
     by_id = {r["instance_id"]: r for r in instances}
@@ -753,8 +758,9 @@ def embedded_verdict(instances: list[dict], *, timeout_s: float = 20.0) -> Calla
             return 0.0
         pred = {"instance_id": final.task_id, "model_name_or_path": "reward-alignment",
                 "model_patch": outcome.get("patch") or ""}
-        report = swebench.evaluate([pred], [by_id[final.task_id]], run_id=f"align-{final.trace_id}",
-                                   timeout_s=timeout_s)["instances"][final.task_id]
+        record = by_id[final.task_id]
+        report = swebench.evaluate([pred], [record], run_id=f"align-{final.trace_id}", timeout_s=real_timeout_s
+                                   if swebench.is_real(record) else timeout_s)["instances"][final.task_id]
         return 1.0 if report["resolved"] else 0.0
 
     return verdict

@@ -482,3 +482,21 @@ def test_002a_live_profile_runs_on_a_real_instance_in_containers(real_record, tm
     assert m["tool_calls"] >= 6 and m["completeness"]["complete"] == 2
     assert any("1 real SWE-bench instance(s) run in containers" in n for n in results["notes"])
     assert any(n.startswith("instances: 1 from data/swebench-lite/marshmallow") for n in results["notes"])
+
+
+def test_reward_alignment_rejudges_rollouts_at_once_and_keeps_their_order():
+    """workers > 1: the verdicts of many rollouts are asked for concurrently; the report is the same as one by one."""
+    import threading
+
+    rows = [traces.StepRecord(schema_version=traces.SCHEMA_VERSION, trace_id=f"t{i}", step=0,
+                              state=traces.State(messages=[]), action=traces.Action(text="x"), observation="",
+                              reward=float(i % 2), done=True, truncated=False, source="openenv", task_id=f"task{i}")
+            for i in range(6)]
+    barrier = threading.Barrier(3, timeout=10)
+
+    def verdict(final):  # passes only when 3 verdicts are in flight together
+        barrier.wait()
+        return 1.0 if final.trace_id in ("t1", "t3") else 0.0
+
+    report = collect.reward_alignment(rows, verdict, workers=3)
+    assert report["checked"] == 6 and [m["trace_id"] for m in report["mismatches"]] == ["t5"]
