@@ -1,4 +1,4 @@
-"""Real SWE-bench instances in containers: one per episode from the instance image, the harness's grading in a fresh one.
+"""Real SWE-bench instances in containers: one per episode from the instance image, grading in a fresh one.
 
     from composer.env import container
 
@@ -13,8 +13,9 @@ docker). Image: the record's `image` field, else the name swebench derives (`swe
 "__" as "_1776_">:latest`); it is never pulled: build one with scripts/swebench-image/build.sh or pull it yourself.
 
 Every container runs with --network none, CPU, memory, process and open-file limits, every capability dropped but
-root's file permissions (CHOWN, DAC_OVERRIDE, FOWNER), and no new privileges. Its main process is `cat`, reading a pipe that this process holds, under --rm: when the pipe
-closes (close(), or this process dying, SIGKILL included) cat ends, the container stops and the engine removes it.
+root's file permissions (CHOWN, DAC_OVERRIDE, FOWNER), and no new privileges. Its main process is `cat`, reading a
+pipe that this process holds, under --rm: when the pipe closes (close(), or this process dying, SIGKILL included)
+cat ends, the container stops and the engine removes it.
 
 Episodes: the agent's tools work on a host copy of the image's /testbed (without .git), mounted back at /testbed,
 so `run_tests` runs the image's own environment on the agent's files; the task's tests stay hidden (test_patch is

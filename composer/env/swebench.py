@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from composer.env import container, grading, sandbox, tasks
+from composer.paths import ROOT
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 LITE = "SWE-bench/SWE-bench_Lite"  # on Hugging Face
@@ -84,7 +85,7 @@ def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
     return [validate_instance(r) for r in records]
 
 
-SPLITS_DIR = Path(__file__).resolve().parents[2] / "data" / "swebench-lite" / "splits"
+SPLITS_DIR = ROOT / "data" / "swebench-lite" / "splits"
 
 
 def lite_split(name: str) -> list[str]:
