@@ -213,3 +213,26 @@ def test_a_missing_image_names_the_build_script(record):
     other = {**record, "image": "localhost/composer-test/no-such-image:1"}
     (problem,) = container.problems(other)
     assert "no-such-image:1 is not here" in problem and "scripts/swebench-image/build.sh" in problem
+
+
+def test_the_docker_cli_drives_the_same_episode(record, tmp_path, monkeypatch):
+    """COMPOSER_CONTAINER_ENGINE=docker: the docker CLI (its flags differ from podman's: one capability per
+    --cap-add), here against podman's docker-compatible socket."""
+    import shutil
+
+    if shutil.which("docker") is None or Path(container.engine()).name != "podman":
+        pytest.skip("needs the docker CLI and podman (whose socket serves it) here")
+    sock = tmp_path / "podman.sock"
+    service = subprocess.Popen([container.engine(), "system", "service", "--time=0", f"unix://{sock}"])
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{sock}")
+        monkeypatch.setenv("COMPOSER_CONTAINER_ENGINE", "docker")
+        assert Path(container.engine()).name == "docker" and container.problems(record) == []
+        reward, name = episode(record, record["patch"])
+        assert reward == 1.0 and ours(name) == set()
+    finally:
+        service.terminate()
+        service.wait()

@@ -121,7 +121,8 @@ class Container:
         self.name = f"composer-{uuid.uuid4().hex[:12]}"
         flags = ["--rm", "-i", "--name", self.name, "--label", f"{LABEL}=1", "--network", "none",
                  # root in the container keeps only its file permissions (images may hold other users' files)
-                 "--cap-drop", "ALL", "--cap-add", "CHOWN,DAC_OVERRIDE,FOWNER", "--security-opt", "no-new-privileges",
+                 "--cap-drop", "ALL", "--cap-add", "CHOWN", "--cap-add", "DAC_OVERRIDE", "--cap-add", "FOWNER",
+                 "--security-opt", "no-new-privileges",
                  "--cpus", str(limits.cpus), "--memory", limits.memory, "--pids-limit", str(limits.pids),
                  "--ulimit", f"nofile={limits.open_files}:{limits.open_files}",
                  "--ulimit", f"nproc={limits.pids}:{limits.pids}", "--entrypoint", "/bin/sh"]
