@@ -164,30 +164,34 @@ def test_a_killed_episode_leaves_no_container(record, tmp_path):
     assert ours(name) == set()
 
 
-def test_grading_agrees_with_the_official_run_evaluation(record, tmp_path):
-    """The same predictions through `python -m swebench.harness.run_evaluation` (docker API on podman's socket).
-    A forged conftest.py is where the two differ on purpose (test_empty_edited_test_and_forged_conftest_score_0)."""
+@pytest.fixture
+def podman_socket(tmp_path):
+    """DOCKER_HOST for podman's docker-compatible API on a socket of this test's own (the docker SDK and CLI)."""
     if Path(container.engine()).name != "podman":
-        pytest.skip("the official harness is driven through podman's docker-compatible socket here")
+        pytest.skip("the docker clients are driven through podman's docker-compatible socket here")
     sock = tmp_path / "podman.sock"
     service = subprocess.Popen([container.engine(), "system", "service", "--time=0", f"unix://{sock}"])
-    try:
-        deadline = time.monotonic() + 30
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        (tmp_path / "instances.json").write_text(json.dumps([record]))
-        cases = {"gold": record["patch"], "wrong": WRONG_FIX}
-        for name, patch in cases.items():  # one at a time: a run's report inspects every container, others' too
-            (tmp_path / f"{name}.json").write_text(json.dumps([pred(record, patch, name)]))
-            run = subprocess.run(
-                [sys.executable, "-m", "swebench.harness.run_evaluation", "--dataset_name", "instances.json",
-                 "--predictions_path", f"{name}.json", "--namespace", container.NAMESPACE, "--cache_level",
-                 "instance", "--run_id", name, "--max_workers", "1", "--timeout", "600"],
-                cwd=tmp_path, env={**os.environ, "DOCKER_HOST": f"unix://{sock}"}, capture_output=True, text=True)
-            assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    finally:
-        service.terminate()
-        service.wait()
+    deadline = time.monotonic() + 30
+    while not sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    yield f"unix://{sock}"
+    service.terminate()
+    service.wait()
+
+
+def test_grading_agrees_with_the_official_run_evaluation(record, tmp_path, podman_socket):
+    """The same predictions through `python -m swebench.harness.run_evaluation` (docker API on podman's socket).
+    A forged conftest.py is where the two differ on purpose (test_empty_edited_test_and_forged_conftest_score_0)."""
+    (tmp_path / "instances.json").write_text(json.dumps([record]))
+    cases = {"gold": record["patch"], "wrong": WRONG_FIX}
+    for name, patch in cases.items():  # one at a time: a run's report inspects every container, others' too
+        (tmp_path / f"{name}.json").write_text(json.dumps([pred(record, patch, name)]))
+        run = subprocess.run(
+            [sys.executable, "-m", "swebench.harness.run_evaluation", "--dataset_name", "instances.json",
+             "--predictions_path", f"{name}.json", "--namespace", container.NAMESPACE, "--cache_level",
+             "instance", "--run_id", name, "--max_workers", "1", "--timeout", "600"],
+            cwd=tmp_path, env={**os.environ, "DOCKER_HOST": podman_socket}, capture_output=True, text=True)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     iid = record["instance_id"]
     mine = {n: swebench.evaluate([pred(record, p, n)], [record], run_id=n)["instances"][iid] for n, p in cases.items()}
     official = {n: json.loads((tmp_path / f"logs/run_evaluation/{n}/{n}/{iid}/report.json").read_text())[iid]
@@ -215,24 +219,15 @@ def test_a_missing_image_names_the_build_script(record):
     assert "no-such-image:1 is not here" in problem and "scripts/swebench-image/build.sh" in problem
 
 
-def test_the_docker_cli_drives_the_same_episode(record, tmp_path, monkeypatch):
+def test_the_docker_cli_drives_the_same_episode(record, podman_socket, monkeypatch):
     """COMPOSER_CONTAINER_ENGINE=docker: the docker CLI (its flags differ from podman's: one capability per
     --cap-add), here against podman's docker-compatible socket."""
     import shutil
 
-    if shutil.which("docker") is None or Path(container.engine()).name != "podman":
-        pytest.skip("needs the docker CLI and podman (whose socket serves it) here")
-    sock = tmp_path / "podman.sock"
-    service = subprocess.Popen([container.engine(), "system", "service", "--time=0", f"unix://{sock}"])
-    try:
-        deadline = time.monotonic() + 30
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        monkeypatch.setenv("DOCKER_HOST", f"unix://{sock}")
-        monkeypatch.setenv("COMPOSER_CONTAINER_ENGINE", "docker")
-        assert Path(container.engine()).name == "docker" and container.problems(record) == []
-        reward, name = episode(record, record["patch"])
-        assert reward == 1.0 and ours(name) == set()
-    finally:
-        service.terminate()
-        service.wait()
+    if shutil.which("docker") is None:
+        pytest.skip("needs the docker CLI")
+    monkeypatch.setenv("DOCKER_HOST", podman_socket)
+    monkeypatch.setenv("COMPOSER_CONTAINER_ENGINE", "docker")
+    assert Path(container.engine()).name == "docker" and container.problems(record) == []
+    reward, name = episode(record, record["patch"])
+    assert reward == 1.0 and ours(name) == set()
