@@ -6,9 +6,16 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch is pinned (ComposerTrainer touches TRL internals). The default index is PyTorch's CPU-only one, so a
-# CPU machine never downloads CUDA; a GPU user picks another: make reports TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# CPU machine never downloads CUDA. The GPU path takes PyPI's torch (its Linux wheel is the CUDA 13 build, the one
+# vLLM's wheels are built against) and the live extra: make install EXTRAS=live TORCH_INDEX=https://pypi.org/simple
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Extras beside dev, comma-separated: live (vLLM), lab (JupyterLab). Each set of extras has its own install stamp.
+EXTRAS ?=
+comma := ,
+INSTALLED := $(VENV)/.installed$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
+# pip pinned: its resolver decides the live extra (tests/test_install.py), and 26.x does it in a third of 23.x's time.
+PIP_VERSION ?= 26.3
 export HF_HUB_OFFLINE ?= 1
 
 .PHONY: help install reports test lab bench clean
@@ -16,16 +23,17 @@ export HF_HUB_OFFLINE ?= 1
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+$(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q "pip==$(PIP_VERSION)"
 	@# A torch wheel already on this machine (pip's find-links) first; otherwise the pinned build from TORCH_INDEX.
 	@$(PY) -c "import torch" 2>/dev/null \
 	  || $(PY) -m pip install -q --no-deps --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
 	  || $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) "torch==$(TORCH_VERSION)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]"
 	@touch $@
 
-install: $(VENV)/.installed ## Create .venv (if missing) and install the project
+install: $(INSTALLED) ## Create .venv (if missing) and install the project (EXTRAS=live adds vLLM)
 
 reports: install ## Train (or load) the offline zoo, then run every spike at report scale and write reports/
 	$(PY) -m composer zoo --profile report
