@@ -152,27 +152,41 @@ def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, m
 
 def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     """The notebook's parameters (see notebooks/004-*.ipynb) -> (Plan, about), for the notebook and the
-    benchmark. The zoo profile's student, train and test splits; the pairs: 003's (pairs/ and shuffled/ under
-    p["pairs_dir"]) or, when it is "" or missing, oracle pairs from p["oracle_pairs"] train tasks and their
-    shuffled control; "expert": pairs.expert_pairs on the train split, as many as B's (the positive control's).
-    With p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds strictly
-    between 0 and 1. Refuses a control of another size than B's pairs, and pairs from test tasks. about:
-    pairs_source, inputs ({name: prepare_pairs' dict}), oracle (bool), zoo profile, student path, screened (None,
-    or the screened task_ids, successes, samples and how many were kept)."""
+    benchmark. The student: a zoo profile's ("zoo:smoke"), or any Hugging Face model (a name or a folder), which then
+    needs its tasks and a turn budget named: p["train_tasks"], p["test_tasks"] (sources load_instances reads, e.g.
+    "lite:train" and "lite:test", SWE-bench Lite's fixed split) and p["max_new_tokens"]; a zoo student defaults to
+    its profile's splits and budget. The pairs: 003's (pairs/ and shuffled/ under p["pairs_dir"]) or, when it is ""
+    or missing, oracle pairs from p["oracle_pairs"] train tasks and their shuffled control; "expert":
+    pairs.expert_pairs on the train split, as many as B's (the positive control's). With p["screen_tasks"], GRPO
+    trains only on those first train tasks whose success rate `screen` finds strictly between 0 and 1. Refuses a
+    control of another size than B's pairs, and pairs from test tasks. about: pairs_source, inputs ({name:
+    prepare_pairs' dict}), oracle (bool), zoo profile (None for another student), student path, screened (None, or
+    the screened task_ids, successes, samples and how many were kept)."""
     from composer import pairs, zoo
     from composer.env.environment import tool_schemas
+    from composer.env.swebench import is_real, load_instances, real_missing
     from composer.paths import ROOT
 
-    if not p["student"].startswith("zoo:"):
-        raise ValueError(f"student={p['student']!r}: only zoo students run here. A live student needs SWE-bench "
-                         "Lite repositories in the environment, which CodingEnv cannot materialize yet (see "
-                         "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml)")
-    profile = zoo.PROFILES[p["student"].split(":", 1)[1]]
-    student = zoo.model(profile, "student")
-    train, test = zoo.split_tasks(profile, "train"), zoo.split_tasks(profile, "test")
+    def tasks(source: str) -> list[dict]:
+        local = ROOT / source
+        return load_instances(local if not Path(source).is_absolute() and local.exists() else source)
+
+    profile = zoo.PROFILES[p["student"].split(":", 1)[1]] if p["student"].startswith("zoo:") else None
+    missing = [k for k in ("train_tasks", "test_tasks", "max_new_tokens") if not p[k]]
+    if profile is None and missing:
+        raise ValueError(f"student={p['student']!r} is no zoo student, so no zoo profile supplies {missing}: set them "
+                         "(e.g. train_tasks='lite:train', test_tasks='lite:test', max_new_tokens=4096)")
+    student = zoo.model(profile, "student") if profile else p["student"]
+    train = tasks(p["train_tasks"]) if p["train_tasks"] else zoo.split_tasks(profile, "train")
+    test = tasks(p["test_tasks"]) if p["test_tasks"] else zoo.split_tasks(profile, "test")
     test = test[:p["n_test"]] if p["n_test"] else test
-    env = dataclasses.replace(profile.env, max_steps=p["env_max_steps"])
+    env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
     max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
+    cannot = {t["instance_id"]: m for t in train + test if is_real(t) and (m := real_missing(t))}
+    if cannot:  # before hours of training, not at the first episode on such a task
+        first, problems = next(iter(cannot.items()))
+        raise RuntimeError(f"{len(cannot)} of the real SWE-bench tasks cannot run here, e.g. {first}: "
+                           + "; ".join(problems))
     source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
     oracle = not (p["pairs_dir"] and (source / "pairs").is_dir() and (source / "shuffled").is_dir())
     if oracle:

@@ -59,6 +59,9 @@ def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
         return [r for r in load_instances(LITE, split="test") if r["instance_id"] in keep]
     path = Path(source)
     if path.suffix in (".json", ".jsonl", ".parquet") or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file (a task source is a .json, .jsonl or .parquet file of "
+                                    "records, \"lite:train\" / \"lite:test\", or a Hugging Face dataset name)")
         if path.suffix == ".jsonl":
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         elif path.suffix == ".parquet":
