@@ -58,7 +58,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import decoders
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from composer.models import load_model, load_tokenizer
@@ -200,8 +200,9 @@ class Generator:
     for, ("end", choice, "stop" | "length"), or ("error", message).
     """
 
-    def __init__(self, models: dict, seed: int):
+    def __init__(self, models: dict, seed: int, *, share_prefill: bool = True):
         self.models = models  # served name -> model
+        self.share_prefill = share_prefill  # off only to measure what it buys (composer.bench.serve)
         self._rng = random.Random(seed)  # seeds unseeded batches, so a sequential rerun repeats itself
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
@@ -267,12 +268,25 @@ class Generator:
         seed = first.seed if first.seed is not None else self._rng.getrandbits(63)
         tap = _Tap(batch, eos)
         with torch.random.fork_rng(devices=[]), torch.inference_mode():  # leave the caller's RNG alone
+            shared = self.share_prefill and len(prompts) > 1 and len(prompts[0]) > 1 and all(
+                p == prompts[0] for p in prompts)
+            cache = {"past_key_values": _prefilled(model, prompts[0], len(prompts))} if shared else {}
             torch.manual_seed(seed % 2**63)
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(job.max_tokens for job in batch),
                            pad_token_id=pad, eos_token_id=eos,
                            logits_processor=LogitsProcessorList([_Record(tap)]),
-                           stopping_criteria=StoppingCriteriaList([_Deliver(tap)]), **sampling)
+                           stopping_criteria=StoppingCriteriaList([_Deliver(tap)]), **cache, **sampling)
         tap.close()
+
+
+def _prefilled(model, prompt: list[int], rows: int) -> DynamicCache:
+    """The KV cache of all but the prompt's last token, computed once and repeated for `rows` rows: n samples of one
+    prompt (003's teacher queries: ~3,500-token states, n=8) prefill it once instead of n times. `generate` then
+    feeds the last token itself; the tokens and log-probs are those of the unshared batch (tests/test_serve.py)."""
+    cache = DynamicCache(config=model.config)
+    model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True, past_key_values=cache)
+    cache.batch_repeat_interleave(rows)
+    return cache
 
 
 class _Tap:
@@ -592,7 +606,7 @@ class Server:
 
     def __init__(self, models: dict[str, str | Path], profiles: dict[str, str | dict] | None = None, *,
                  profiles_file: str | Path = PROFILES_FILE, backend: Literal["generate", "echo"] = "generate",
-                 seed: int = 0, host: str = "127.0.0.1", port: int = 0):
+                 seed: int = 0, host: str = "127.0.0.1", port: int = 0, share_prefill: bool = True):
         if backend not in ("generate", "echo"):
             raise ValueError(f"backend must be 'generate' or 'echo', not {backend!r}")
         self.models = list(models)
@@ -623,7 +637,7 @@ class Server:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         self.base_url = f"http://{host}:{sock.getsockname()[1]}/v1"
-        self._generator = Generator(generators, seed) if backend == "generate" else None
+        self._generator = Generator(generators, seed, share_prefill=share_prefill) if backend == "generate" else None
         # A short graceful shutdown: a stalled request would otherwise hold close() for its whole stall.
         config = uvicorn.Config(self._app(), log_config=None, log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=1)
@@ -790,7 +804,8 @@ def serve(models: dict[str, str | Path], profiles: dict[str, str | dict] | None 
 
     models: served name -> checkpoint path (or Hub name). profiles: served name -> a profile name from
     `profiles_file` or a dict of Profile fields; a model named like a profile in the file gets it anyway.
-    kwargs: profiles_file, backend ("generate" or "echo"), seed, host, port (0: a free one).
+    kwargs: profiles_file, backend ("generate" or "echo"), seed, host, port (0: a free one), share_prefill (True: n
+    samples of one prompt encode it once; False only to measure that, composer.bench.teachers).
     """
     server = Server(models, profiles, **kwargs)
     try:

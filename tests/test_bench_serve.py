@@ -15,7 +15,7 @@ import sys
 from composer.paths import ROOT
 
 SIZE = ["--requests", "40", "--concurrency", "8", "--gen-requests", "4", "--gen-concurrency", "2",
-        "--max-tokens", "8", "--sequential", "2"]
+        "--max-tokens", "8", "--sequential", "2", "--k", "3", "--k-prompt-tokens", "300", "--k-repeats", "1"]
 
 
 def _positive_finite(x):
@@ -44,6 +44,10 @@ def test_cli_prints_the_result_as_its_last_line():
     assert result["tokens_per_s_sequential"] == sequential["completion_tokens"] / sequential["wall_s"]
     assert result["batching_speedup"] == result["tokens_per_s"] / result["tokens_per_s_sequential"]
     assert result["server_requests_per_cpu_s"] == result["requests_per_s"] / echo["server_cpu_cores"]
+    ks = result["k_samples"]
+    assert (ks["k"], ks["prompt_tokens"], ks["max_tokens"], ks["repeats"]) == (3, 300, 8, 1)
+    assert ks["same_tokens"] and 0 < ks["completion_tokens"] <= 3 * 8 and any(l.startswith("k_samples") for l in table)
+    assert result["shared_prefill_speedup"] == ks["wall_s_unshared"] / ks["wall_s_shared"] > 0
     assert 0 < generate["completion_tokens"] <= 4 * 8 and echo["completion_tokens"] > 0
     for figures in (echo, generate, sequential):
         assert figures["latency_s_p50"] <= figures["latency_s_p90"] <= figures["latency_s_p99"]

@@ -9,15 +9,17 @@ retries off, except where the test is about those retries.
 
 import asyncio
 import json
+import threading
 import time
 
+import numpy as np
 import openai
 import pytest
 import torch
 
 from composer.models import load_model, load_tokenizer, tiny_model
 from composer.providers import PROFILES_FILE, Profile, load_profiles
-from composer.serve import BYTE_LEVEL, Server, parse_tool_calls, serve
+from composer.serve import BYTE_LEVEL, Generator, Job, Server, parse_tool_calls, serve
 from composer.serve import main as serve_main
 
 KEY = "sk-local-unused"
@@ -139,6 +141,44 @@ def test_n_choices(gen):
     assert r.usage.completion_tokens == sum(len(ch.logprobs.content) for ch in r.choices)
     greedy = c.chat.completions.create(model="student", messages=HELLO, max_tokens=8, n=3, temperature=0)
     assert len({ch.message.content for ch in greedy.choices}) == 1 and len(greedy.choices) == 3
+
+
+def generated(model, job_args: dict, share_prefill: bool) -> tuple[list, list]:
+    """(events, the input shapes of every forward) of one Job run by a Generator."""
+    events, shapes, done = [], [], threading.Event()
+
+    def emit(batch):
+        events.extend(batch)
+        if sum(e[0] == "end" for e in events) == job_args["n"]:
+            done.set()
+
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+                                           with_kwargs=True)
+    generator = Generator({"m": model}, seed=0, share_prefill=share_prefill)
+    try:
+        generator.submit(Job(model="m", emit=emit, **job_args))
+        assert done.wait(120)
+    finally:
+        generator.close()
+        hook.remove()
+    return events, shapes
+
+
+@pytest.mark.parametrize("temperature, seed", [(1.0, 7), (0.0, None)])
+def test_n_samples_of_one_prompt_prefill_it_once_and_sample_the_same(tiny, tokenizer, temperature, seed):
+    """003 asks for n=8 samples of ~3,500-token states: the prompt is encoded once (one forward of all but its last
+    token, then one row per sample), and every token and log-prob is what the unshared batch gives."""
+    model = load_model(tiny).eval()
+    prompt = tokenizer("the tests fail on the edge case; " * 40)["input_ids"]
+    job = dict(prompt=prompt, n=4, max_tokens=12, temperature=temperature, top_p=1.0, seed=seed, top_logprobs=2)
+    shared, shared_shapes = generated(model, job, share_prefill=True)
+    plain, plain_shapes = generated(model, job, share_prefill=False)
+    assert shared_shapes[:2] == [(1, len(prompt) - 1), (4, 1)] and plain_shapes[0] == (4, len(prompt))
+    assert [e[:3] for e in shared] == [e[:3] for e in plain] and len(shared) > 4 * 2
+    logprobs = [(e[3], [v for _, v in e[4]]) for e in shared if e[0] == "token"]
+    expected = [(e[3], [v for _, v in e[4]]) for e in plain if e[0] == "token"]
+    assert np.allclose([x for lp, top in logprobs for x in (lp, *top)],
+                       [x for lp, top in expected for x in (lp, *top)], atol=1e-5)
 
 
 def test_logprobs_are_the_models_raw_distribution(gen, tiny, tokenizer):

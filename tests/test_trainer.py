@@ -204,6 +204,41 @@ def test_five_steps_lower_the_loss_and_move_every_parameter(model_path, tokenize
     assert unchanged == []
 
 
+def test_pair_logps_encode_each_prompt_once_and_agree_with_whole_sequences(model_path, tokenizer, pairs):
+    """The DPO channel's forward: prompts once (B rows), then both completions on their cache (2B rows), equal in
+    values and gradients to the whole-sequence forward; with gradient checkpointing (no cache) the latter runs."""
+    from composer.trainer import _pair_logps_unshared, encode_pairs, pair_logps
+
+    model = load_model(model_path)
+    model.train()
+    encoded = encode_pairs(tokenizer, pairs)
+    assert len({len(e["prompt"]) for e in encoded}) > 1 and len({len(e["chosen"]) for e in encoded}) > 1  # padding
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda _, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def values_and_grads(fn):
+        chosen, rejected = fn(model, encoded, tokenizer.pad_token_id)
+        loss = (chosen - 2 * rejected).sum()  # both halves weigh in, differently
+        return torch.cat([chosen, rejected]).detach(), torch.autograd.grad(loss, params)
+
+    shared = values_and_grads(pair_logps)
+    prompt, completion = max(len(e["prompt"]) for e in encoded), max(len(c) for e in encoded
+                                                                       for c in (e["chosen"], e["rejected"]))
+    assert shapes == [(4, prompt), (8, completion)]
+    shapes.clear()
+    whole = values_and_grads(_pair_logps_unshared)
+    assert shapes == [(8, prompt + completion)]
+    assert torch.allclose(shared[0], whole[0], atol=1e-5) and shared[0].abs().min() > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(shared[1], whole[1]))
+    model.gradient_checkpointing_enable()
+    shapes.clear()
+    checkpointed = values_and_grads(pair_logps)
+    hook.remove()
+    assert shapes == [(8, prompt + completion)] and torch.allclose(checkpointed[0], whole[0], atol=1e-5)
+
+
 def test_reference_logps_match_the_initial_policy(model_path, tokenizer, train_dataset, pairs, tmp_path):
     """Stored reference log-probs equal the policy's at step 0, so the first DPO loss is exactly log 2."""
     trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, pairs=pairs,

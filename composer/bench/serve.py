@@ -1,7 +1,7 @@
 """The local server's throughput: HTTP overhead (echo backend) and tiny-model generation under concurrency.
 
     python -m composer bench serve [--requests 2000] [--concurrency 64] [--gen-requests 64] [--gen-concurrency 16]
-                                   [--max-tokens 64] [--sequential 8]
+                                   [--max-tokens 64] [--sequential 8] [--k 8] [--k-prompt-tokens 3500] [--k-repeats 3]
 
     from composer.bench.serve import measure
     result = measure(requests=200, concurrency=16)   # the dict printed as the last stdout line
@@ -17,6 +17,9 @@ off, keeping `concurrency` requests in flight until `requests` are done, after a
   tokens_per_s     generate backend, the tiny model, temperature 1, max_tokens each: completion tokens (from
                    usage) per wall-clock second. The random model may end early at EOS; the tokens are counted.
                    tokens_per_s_sequential is the same, one request at a time: what batching buys.
+  k_samples        003's teacher-query shape: n=k samples of one long prompt (one seeded request), generated in
+                   this process by the server's Generator with the prompt's prefill shared by the k rows and
+                   without (alternated, `k_repeats` each, medians): shared_prefill_speedup is the ratio.
 """
 
 import argparse
@@ -26,6 +29,7 @@ import json
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -92,10 +96,43 @@ async def _load(url: str, server: psutil.Process, model: str, requests: int, con
             "latency_s_p99": float(np.percentile(latencies, 99))}
 
 
+def _k_samples(path: str, k: int, prompt_tokens: int, max_tokens: int, repeats: int, seed: int) -> dict:
+    """Wall time of one seeded n=k request of a `prompt_tokens` prompt, with and without the shared prefill."""
+    from composer.models import load_model
+    from composer.serve import Generator, Job
+
+    model = load_model(path).eval()
+    prompt = [5 + (i * 7919) % (model.config.vocab_size - 10) for i in range(prompt_tokens)]  # fixed, varied ids
+    walls, tokens = {True: [], False: []}, {}
+    for r in range(repeats):
+        for share in (True, False) if r % 2 == 0 else (False, True):  # alternated: drift hits both alike
+            generator, done, out, ended = Generator({"m": model}, seed, share_prefill=share), threading.Event(), [], [0]
+
+            def emit(events):
+                out.extend(e[1:3] for e in events if e[0] == "token")  # (choice, token id)
+                ended[0] += sum(e[0] == "end" for e in events)
+                if ended[0] == k:
+                    done.set()
+
+            start = time.perf_counter()
+            generator.submit(Job(model="m", prompt=prompt, n=k, max_tokens=max_tokens, temperature=1.0, top_p=1.0,
+                                 seed=seed, top_logprobs=None, emit=emit))
+            done.wait()
+            walls[share].append(time.perf_counter() - start)
+            generator.close()
+            tokens[share] = sorted(out)
+    shared, unshared = float(np.median(walls[True])), float(np.median(walls[False]))
+    return {"k": k, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "repeats": repeats,
+            "completion_tokens": len(tokens[True]), "same_tokens": tokens[True] == tokens[False],
+            "wall_s_shared": shared, "wall_s_unshared": unshared, "shared_prefill_speedup": unshared / shared}
+
+
 def measure(requests: int = 2000, concurrency: int = 64, gen_requests: int = 64, gen_concurrency: int = 16,
-            max_tokens: int = 64, sequential: int = 8, seed: int = 0) -> dict:
+            max_tokens: int = 64, sequential: int = 8, seed: int = 0, k: int = 8, k_prompt_tokens: int = 3500,
+            k_repeats: int = 3) -> dict:
     path = str(tiny_model())
     start = machine()  # other work on the machine takes cores from both processes
+    k_samples = _k_samples(path, k, k_prompt_tokens, max_tokens, k_repeats, seed)
     echo_args = ("--profile", "bench=zero", "--no-generate")
     with _server("--model", f"bench={path}", *echo_args, "--seed", str(seed)) as (url, proc):
         echo = asyncio.run(_load(url, proc, "bench", requests, concurrency, max_tokens=16))
@@ -113,11 +150,13 @@ def measure(requests: int = 2000, concurrency: int = 64, gen_requests: int = 64,
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_sequential": sequential_tokens_per_s,
         "batching_speedup": tokens_per_s / sequential_tokens_per_s,
+        "shared_prefill_speedup": k_samples["shared_prefill_speedup"],
         "target_requests_per_s": TARGET_REQUESTS_PER_S,
         "meets_target": requests_per_s >= TARGET_REQUESTS_PER_S,
         "echo": echo,
         "generate": {**generate, "max_tokens": max_tokens},
         "sequential": {**one_at_a_time, "max_tokens": max_tokens},
+        "k_samples": k_samples,
         "model": "composer.models.tiny_model() (random Qwen3 architecture, 2 layers, hidden 64)",
         "scope": "client and server in separate processes on one machine; openai AsyncOpenAI client, non-streaming",
         **start,
@@ -133,10 +172,14 @@ def main(argv=None) -> int:
     parser.add_argument("--gen-concurrency", type=int, default=16, help="generation requests in flight (default 16)")
     parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens per generation request (default 64)")
     parser.add_argument("--sequential", type=int, default=8, help="generation requests one at a time (default 8)")
+    parser.add_argument("--k", type=int, default=8, help="samples of one prompt, k_samples (default 8)")
+    parser.add_argument("--k-prompt-tokens", type=int, default=3500,
+                        help="that prompt's length in tokens (default 3500, 003's states' mean)")
+    parser.add_argument("--k-repeats", type=int, default=3, help="k_samples requests per variant (default 3)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     result = measure(args.requests, args.concurrency, args.gen_requests, args.gen_concurrency, args.max_tokens,
-                     args.sequential, args.seed)
+                     args.sequential, args.seed, args.k, args.k_prompt_tokens, args.k_repeats)
     echo, gen = result["echo"], result["generate"]
     print(f"requests_per_s   {result['requests_per_s']:8.1f}  (echo, {echo['requests']} requests, "
           f"{echo['concurrency']} in flight, p50 {echo['latency_s_p50'] * 1e3:.1f} ms, "
@@ -146,6 +189,9 @@ def main(argv=None) -> int:
     print(f"tokens_per_s     {result['tokens_per_s']:8.1f}  (tiny model, {gen['requests']} requests, "
           f"{gen['concurrency']} in flight, max_tokens {gen['max_tokens']})")
     print(f"  one at a time  {result['tokens_per_s_sequential']:8.1f}  (batching x{result['batching_speedup']:.1f})")
+    ks = result["k_samples"]
+    print(f"k_samples        n={ks['k']} of one {ks['prompt_tokens']}-token prompt: {ks['wall_s_shared']:.2f} s with "
+          f"the prefill shared, {ks['wall_s_unshared']:.2f} s without (x{ks['shared_prefill_speedup']:.1f})")
     print(f"load average at start {result['load_average_1m_at_start']:.2f} on {result['cpus']} CPUs")
     print(json.dumps(result))
     return 0

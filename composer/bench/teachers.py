@@ -1,0 +1,98 @@
+"""003's offline teacher queries, the same work twice: the local server encoding each step's prompt once for its k
+samples, and k times (as it did before the shared prefill).
+
+    python -m composer bench teachers [--profile report] [--traces 20] [--k 8] [--max-tokens 256]
+
+    from composer.bench.teachers import measure
+    result = measure(profile="smoke", traces=1, k=2, max_tokens=8)   # the dict printed as the last stdout line
+
+The work is 003's at report scale: every step of the first `traces` traces of 002a's output
+(runs/002a-trace-collection-trl/traces.jsonl; where it is missing, 8 episodes of the scripted expert with detours,
+as 003 does, and the JSON says which), the zoo profile's three teachers served by composer.serve in this process,
+k samples per step and teacher in one seeded request, one torch thread (003's setting). Nothing is cached: both
+variants send every request (resume off). A warm-up request goes first, so neither pays the first-call costs. The
+seeds are the same, so the answers must be too (`same_answers`); speedup is the unshared wall time over the shared.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from composer.bench import machine
+from composer.paths import ROOT
+
+TRACES = ROOT / "runs/002a-trace-collection-trl/traces.jsonl"
+TEACHERS = ("teacher-large", "teacher-medium", "teacher-explorer")
+
+
+async def _queries(by_trace, checkpoints, k: int, max_tokens: int, seed: int, share: bool) -> tuple[float, list]:
+    from composer import pairs
+    from composer.env.environment import tool_schemas
+    from composer.serve import serve
+
+    with serve(models={name: checkpoints[name] for name in TEACHERS}, seed=seed, share_prefill=share) as server, \
+            tempfile.TemporaryDirectory(prefix="composer-bench-teachers-") as tmp:
+        endpoints = {name: {"base_url": server.base_url, "model": name} for name in TEACHERS}
+        first = next(iter(by_trace))
+        await pairs.query_policy_teachers({first: by_trace[first][:1]}, endpoints, Path(tmp) / "warm.jsonl", k=1,
+                                          tools=tool_schemas(), max_tokens=4, seed=seed + 1, resume=False)
+        start = time.perf_counter()
+        records = await pairs.query_policy_teachers(by_trace, endpoints, Path(tmp) / "queries.jsonl", k=k,
+                                                    tools=tool_schemas(), temperature=1.0, max_tokens=max_tokens,
+                                                    seed=seed, resume=False)
+        return time.perf_counter() - start, records
+
+
+def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: int = 256, seed: int = 0) -> dict:
+    import torch
+
+    from composer import pairs, zoo
+    from composer.traces import group_traces, load_traces
+
+    start = machine()
+    torch.set_num_threads(1)
+    records = load_traces(TRACES) if TRACES.is_file() else pairs.embedded_traces(8, seed=seed)
+    by_trace = dict(list(group_traces(records, on_error="collect").items())[:traces])
+    checkpoints = zoo.zoo(profile)
+    wall, answers = {}, {}
+    for share in (False, True):
+        wall[share], answers[share] = asyncio.run(_queries(by_trace, checkpoints, k, max_tokens, seed, share))
+    first = [q for q in answers[True] if q.sample == 0 and q.prompt_tokens]
+    return {
+        "speedup": wall[False] / wall[True],
+        "wall_s_shared": wall[True], "wall_s_unshared": wall[False],
+        "same_answers": [q.raw_text for q in answers[True]] == [q.raw_text for q in answers[False]],
+        "samples": len(answers[True]), "steps": sum(map(len, by_trace.values())), "traces": len(by_trace),
+        "mean_prompt_tokens": sum(q.prompt_tokens for q in first) / max(len(first), 1),
+        "completion_tokens": sum(q.completion_tokens or 0 for q in answers[True]),
+        "traces_source": str(TRACES.relative_to(ROOT)) if TRACES.is_file() else "embedded fallback (8 episodes)",
+        "profile": profile, "teachers": list(TEACHERS), "k": k, "max_tokens": max_tokens,
+        "scope": "003's query_policy_teachers against composer.serve in this process, one torch thread, no cache",
+        **start, "seed": seed,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m composer bench teachers", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="report", help="zoo profile of the teachers (default report)")
+    parser.add_argument("--traces", type=int, default=20, help="traces, every step queried (default 20, 003's)")
+    parser.add_argument("--k", type=int, default=8, help="samples per step and teacher (default 8)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="completion budget per sample (default 256)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    result = measure(args.profile, args.traces, args.k, args.max_tokens, args.seed)
+    print(f"003's teacher queries: {result['steps']} steps x {len(TEACHERS)} teachers x k={args.k} "
+          f"({result['traces_source']}; mean prompt {result['mean_prompt_tokens']:.0f} tokens)")
+    print(f"  prefill shared {result['wall_s_shared']:.1f} s, unshared {result['wall_s_unshared']:.1f} s: "
+          f"x{result['speedup']:.2f}; same answers: {result['same_answers']}")
+    print(f"load average at start {result['load_average_1m_at_start']:.2f} on {result['cpus']} CPUs")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
