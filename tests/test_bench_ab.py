@@ -20,7 +20,7 @@ def test_the_cli_prints_each_arms_time_and_memory_and_the_ratio_last():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(result["arms"]) == {"A", "B", "control"} and result["profile"] == "default"
+    assert set(result["arms"]) == {"A", "B"} and result["profile"] == "default"
     assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0 and result["machine"]
     for figures in result["arms"].values():
         assert figures["wall_s"] > 0 and figures["peak_rss_bytes"] > 100 * 2**20
@@ -28,4 +28,4 @@ def test_the_cli_prints_each_arms_time_and_memory_and_the_ratio_last():
     assert result["b_over_a_time"] == round(b["wall_s"] / a["wall_s"], 3)
     assert result["b_over_a_mem"] == round(b["peak_rss_bytes"] / a["peak_rss_bytes"], 3)
     assert result["meets_targets"]["b_over_a_time"] == (b["wall_s"] / a["wall_s"] <= 1.5)
-    assert "evaluation excluded" in result["scope"] and result["pairs"]["pairs"] == result["pairs"]["shuffled"] > 0
+    assert "evaluation excluded" in result["scope"] and result["pairs"]["pairs"] > 0 and "shuffled" not in result["pairs"]

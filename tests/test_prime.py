@@ -21,7 +21,7 @@ from composer import prime, traces
 from composer.models import tiny_model
 from composer.serve import serve
 
-TIMEOUT_S = 60  # the agent's rollout deadline here: the hanging rollout hits it (a clean one takes ~15 s, loaded)
+TIMEOUT_S = 40  # the agent's rollout deadline here: the hanging rollout hits it (a clean one takes ~15 s, loaded)
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@
     from composer.bench.ab import measure
     result = measure("report")                        # the dict printed as the last stdout line
 
-Each arm of the spike's parameters (A, B, control, ...) trains seed 0 from the same checkpoint on the same tasks
-with the same GRPO budget, exactly as the notebook's jobs do (composer.arms, the same plan), one after another in a
+The spike's reference and treatment arms (A and B; the control costs what B does, with as many pairs) train seed 0
+from the same checkpoint on the same tasks with the same GRPO budget, exactly as the notebook's jobs do (composer.arms, the same plan), one after another in a
 fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
 the trainer's train() (generation, environment, grading, loss and optimizer steps); peak memory is the process's peak
 RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds. Evaluation is
@@ -33,8 +33,7 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
     params, _ = run.effective_parameters(SLUG, profile=profile)
     reference, treatment = reference or params["reference"], treatment or params["treatment"]
     with tempfile.TemporaryDirectory(prefix="composer-bench-ab-") as tmp:
-        # the positive control's expert pairs would take minutes to make and it is not what the ratio is about
-        arms = {name: arm for name, arm in params["arms"].items() if name != params["positive_control"]}
+        arms = {name: params["arms"][name] for name in (reference, treatment)}
         plan, about = ablib.plan_from_parameters({**params, "seeds": 1, "arms": arms}, tmp)
         start = time.perf_counter()
         done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
