@@ -202,7 +202,7 @@ class Generator:
 
     def __init__(self, models: dict, seed: int, *, share_prefill: bool = True):
         self.models = models  # served name -> model
-        self.share_prefill = share_prefill  # off only to measure what it buys (composer.bench.serve)
+        self.share_prefill = share_prefill  # off only to measure what it buys (bench serve, bench teachers)
         self._rng = random.Random(seed)  # seeds unseeded batches, so a sequential rerun repeats itself
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
