@@ -69,8 +69,9 @@ def test_no_memory_leaves_memory_fields_empty(result):
 
 
 def test_forward_passes_per_arm(result):
-    """Where the extra time goes: 0/0 adds no forward; hint adds a teacher forward; DPO a second student one."""
-    expected = {"grpo": (1, 0), "composer_00": (1, 0), "hint": (1, 1), "dpo": (2, 0), "all": (2, 1)}
+    """Where the extra time goes: 0/0 adds no forward; hint adds a teacher forward; DPO two student ones (the pairs'
+    prompts once, then chosen and rejected on their cache)."""
+    expected = {"grpo": (1, 0), "composer_00": (1, 0), "hint": (1, 1), "dpo": (3, 0), "all": (3, 1)}
     got = {arm: (f["student_forwards"], f["teacher_forwards"]) for arm, f in result["arms"].items()}
     assert got == expected
 
