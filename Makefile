@@ -42,11 +42,8 @@ reports: install ## Train (or load) the offline zoo, then run every spike at rep
 test: install ## Run the whole test suite, notebook smoke runs included
 	$(PY) -m pytest -q
 
-$(VENV)/.lab-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e ".[dev,lab]"
-	@touch $@
-
-lab: $(VENV)/.lab-installed ## JupyterLab with the project's kernel "Python (composer)" (installs once; then offline)
+lab: ## JupyterLab with the project's kernel "Python (composer)" (installs once; then offline)
+	$(MAKE) install EXTRAS=lab
 	$(PY) -m ipykernel install --user --name composer --display-name "Python (composer)"
 	$(VENV)/bin/jupyter lab notebooks/
 

@@ -172,15 +172,15 @@ def pair_logps(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, t
     run on its KV cache (a pair's prompt is most of its tokens: ~3,500 against ~30 in 003's pairs); where the model
     keeps no cache (gradient checkpointing turns it off), one forward over both whole sequences instead. The two
     agree to float rounding, values and gradients (tests/test_trainer.py)."""
-    if getattr(getattr(model, "module", model), "is_gradient_checkpointing", False):
+    unwrapped = getattr(model, "module", model)  # DDP's wrapper holds the model as .module
+    if getattr(unwrapped, "is_gradient_checkpointing", False):
         return _pair_logps_unshared(model, encoded, pad_id)
-    config = getattr(model, "module", model).config
     device = next(model.parameters()).device
     prompts = [torch.tensor(e["prompt"]) for e in encoded]
     prompt_ids = pad(prompts, pad_id, "left").to(device)
     prompt_mask = pad([torch.ones_like(x) for x in prompts], 0, "left").to(device)
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=config)
+    cache = DynamicCache(config=unwrapped.config)
     last = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, past_key_values=cache,
                  use_cache=True, logits_to_keep=1).logits[:, -1]  # predicts each completion's first token
     cache.batch_repeat_interleave(2)  # rows: chosen 0, rejected 0, chosen 1, ...

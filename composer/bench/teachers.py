@@ -26,17 +26,16 @@ from composer.bench import machine
 from composer.paths import ROOT
 
 TRACES = ROOT / "runs/002a-trace-collection-trl/traces.jsonl"
-TEACHERS = ("teacher-large", "teacher-medium", "teacher-explorer")
 
 
-async def _queries(by_trace, checkpoints, k: int, max_tokens: int, seed: int, share: bool) -> tuple[float, list]:
+async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int, share: bool) -> tuple[float, list]:
     from composer import pairs
     from composer.env.environment import tool_schemas
     from composer.serve import serve
 
-    with serve(models={name: checkpoints[name] for name in TEACHERS}, seed=seed, share_prefill=share) as server, \
+    with serve(models=teachers, seed=seed, share_prefill=share) as server, \
             tempfile.TemporaryDirectory(prefix="composer-bench-teachers-") as tmp:
-        endpoints = {name: {"base_url": server.base_url, "model": name} for name in TEACHERS}
+        endpoints = {name: {"base_url": server.base_url, "model": name} for name in teachers}
         first = next(iter(by_trace))
         await pairs.query_policy_teachers({first: by_trace[first][:1]}, endpoints, Path(tmp) / "warm.jsonl", k=1,
                                           tools=tool_schemas(), max_tokens=4, seed=seed + 1, resume=False)
@@ -57,10 +56,10 @@ def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: i
     torch.set_num_threads(1)
     records = load_traces(TRACES) if TRACES.is_file() else pairs.embedded_traces(8, seed=seed)
     by_trace = dict(list(group_traces(records, on_error="collect").items())[:traces])
-    checkpoints = zoo.zoo(profile)
+    teachers = {name: path for name, path in zoo.zoo(profile).items() if name != "student"}
     wall, answers = {}, {}
     for share in (False, True):
-        wall[share], answers[share] = asyncio.run(_queries(by_trace, checkpoints, k, max_tokens, seed, share))
+        wall[share], answers[share] = asyncio.run(_queries(by_trace, teachers, k, max_tokens, seed, share))
     first = [q for q in answers[True] if q.sample == 0 and q.prompt_tokens]
     return {
         "speedup": wall[False] / wall[True],
@@ -70,7 +69,7 @@ def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: i
         "mean_prompt_tokens": sum(q.prompt_tokens for q in first) / max(len(first), 1),
         "completion_tokens": sum(q.completion_tokens or 0 for q in answers[True]),
         "traces_source": str(TRACES.relative_to(ROOT)) if TRACES.is_file() else "embedded fallback (8 episodes)",
-        "profile": profile, "teachers": list(TEACHERS), "k": k, "max_tokens": max_tokens,
+        "profile": profile, "teachers": list(teachers), "k": k, "max_tokens": max_tokens,
         "scope": "003's query_policy_teachers against composer.serve in this process, one torch thread, no cache",
         **start, "seed": seed,
     }
@@ -85,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     result = measure(args.profile, args.traces, args.k, args.max_tokens, args.seed)
-    print(f"003's teacher queries: {result['steps']} steps x {len(TEACHERS)} teachers x k={args.k} "
+    print(f"003's teacher queries: {result['steps']} steps x {len(result['teachers'])} teachers x k={args.k} "
           f"({result['traces_source']}; mean prompt {result['mean_prompt_tokens']:.0f} tokens)")
     print(f"  prefill shared {result['wall_s_shared']:.1f} s, unshared {result['wall_s_unshared']:.1f} s: "
           f"x{result['speedup']:.2f}; same answers: {result['same_answers']}")
