@@ -15,8 +15,8 @@ vLLM's OpenAI server for the student, and OpenRouter for the teachers. Endpoints
 max_completion_tokens, seed, n, logprobs / top_logprobs, stop; usage with cached and reasoning tokens).
 Other request fields are accepted and ignored, as OpenRouter does with unsupported parameters.
 
-Backends, one per server: "generate" runs HF `generate` in one worker thread, batching queued requests that
-share sampling settings; "echo" (`--no-generate`) runs no model and answers with the last user message,
+Backends, one per server: "generate" runs HF `generate`, one worker thread per model, batching queued requests
+that share sampling settings; "echo" (`--no-generate`) runs no model and answers with the last user message,
 cut to max_tokens and at stop strings, counted with the model's tokenizer: it measures pure HTTP overhead,
 serves simulated teachers cheaply, and makes completions (tool calls included) deterministic for tests.
 
@@ -58,7 +58,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import decoders
-from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import (DynamicCache, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList,
+                          TemperatureLogitsWarper, TopPLogitsWarper)
+from transformers.cache_utils import DynamicLayer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from composer.models import load_model, load_tokenizer
@@ -168,7 +170,7 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Generation: one worker thread, HF generate, per-step hooks
+# Generation: a worker thread per model, HF generate, per-step hooks
 
 
 @dataclass(eq=False)
@@ -200,9 +202,11 @@ class Generator:
     for, ("end", choice, "stop" | "length"), or ("error", message).
     """
 
-    def __init__(self, models: dict, seed: int, *, share_prefill: bool = True):
+    def __init__(self, models: dict, seed: int, *, plain: bool = False):
         self.models = models  # served name -> model
-        self.share_prefill = share_prefill  # off only to measure what it buys (bench serve, bench teachers)
+        # plain: HF generate's own way (every row prefills its prompt, the KV cache grows by concatenation, sampling
+        # draws from torch's global RNG), only to measure what the server's way buys (bench serve, bench teachers).
+        self.plain = plain
         self._rng = random.Random(seed)  # seeds unseeded batches, so a sequential rerun repeats itself
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
@@ -262,28 +266,89 @@ class Generator:
         for i, prompt in enumerate(prompts):
             ids[i, width - len(prompt):] = torch.tensor(prompt)
             mask[i, width - len(prompt):] = 1
-        # OpenAI's sampling has no top-k: switch off the one HF defaults to (50).
-        sampling = (dict(do_sample=True, temperature=first.temperature, top_p=first.top_p, top_k=0)
-                    if first.temperature > 0 else dict(do_sample=False))
-        seed = first.seed if first.seed is not None else self._rng.getrandbits(63)
-        tap = _Tap(batch, eos)
-        with torch.random.fork_rng(devices=[]), torch.inference_mode():  # leave the caller's RNG alone
-            shared = self.share_prefill and len(prompts) > 1 and len(prompts[0]) > 1 and all(
-                p == prompts[0] for p in prompts)
-            cache = {"past_key_values": _prefilled(model, prompts[0], len(prompts))} if shared else {}
-            torch.manual_seed(seed % 2**63)
+        seed = first.seed if first.seed is not None else self._rng.getrandbits(63)  # a seeded one runs alone
+        tap, processors = _Tap(batch, eos), LogitsProcessorList()
+        processors.append(_Record(tap))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.inference_mode())
+            if self.plain:  # HF's sampling from the global RNG (top_k=0: OpenAI's sampling has none, HF's default is 50)
+                stack.enter_context(torch.random.fork_rng(devices=[]))  # leave the caller's RNG alone
+                torch.manual_seed(seed % 2**63)
+                cache = {}
+                sampling = (dict(do_sample=True, temperature=first.temperature, top_p=first.top_p, top_k=0)
+                            if first.temperature > 0 else dict(do_sample=False))
+            else:
+                shared = len(prompts) > 1 and len(prompts[0]) > 1 and all(p == prompts[0] for p in prompts)
+                cache = {"past_key_values": _prefilled(model, prompts[0], len(prompts)) if shared else _cache(model)}
+                sampling = dict(do_sample=False)
+                if first.temperature > 0:
+                    processors.append(_Sample(seed, first.temperature, first.top_p))
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(job.max_tokens for job in batch),
-                           pad_token_id=pad, eos_token_id=eos,
-                           logits_processor=LogitsProcessorList([_Record(tap)]),
+                           pad_token_id=pad, eos_token_id=eos, logits_processor=processors,
                            stopping_criteria=StoppingCriteriaList([_Deliver(tap)]), **cache, **sampling)
         tap.close()
+
+
+class _Sample(LogitsProcessor):
+    """Sampling from the batch's own RNG, so that a seeded request's tokens depend on its seed and not on what else
+    the machine runs: the models' workers run in parallel threads (Server), and HF's `do_sample` draws from torch's
+    one global RNG. generate runs greedy and this processor, last, leaves only the token it drew. The draw is HF's
+    (temperature, then top-p, softmax, one multinomial over the rows), so a batch gets the tokens `do_sample` gives
+    after torch.manual_seed(seed) (tests/test_serve.py)."""
+
+    def __init__(self, seed: int, temperature: float, top_p: float):
+        self.rng = torch.Generator().manual_seed(seed % 2**63)
+        self.warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)])
+        if top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p))
+
+    def __call__(self, input_ids, scores):
+        probs = torch.softmax(self.warpers(input_ids, scores), dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=self.rng)
+        return torch.full_like(scores, -math.inf).scatter_(1, tokens, 0.0)
+
+
+class _ReservedLayer(DynamicLayer):
+    """A DynamicLayer that writes each token's keys and values into a buffer with room to spare, where HF's
+    concatenates, copying the whole cache at every generated token: at 003's ~3,200-token teacher prompts that copy
+    was 76% of a query's time. The buffer doubles when full; what attention reads is a view of its filled part."""
+
+    _keys = _values = None  # the buffers; `keys`/`values` are views of them while they are current
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.get_seq_length()
+        end = n + key_states.shape[-2]
+        # The buffers are stale when something replaced the views (batch_repeat_interleave, batch_select_indices).
+        if (self._keys is None or self.keys.data_ptr() != self._keys.data_ptr()
+                or self._keys.shape[0] != key_states.shape[0] or self._keys.shape[-2] < end):
+            self._keys, self._values = (_room(old, new, n, 2 * end) for old, new in
+                                        ((self.keys, key_states), (self.values, value_states)))
+        self._keys[..., n:end, :] = key_states
+        self._values[..., n:end, :] = value_states
+        self.keys, self.values = self._keys[..., :end, :], self._values[..., :end, :]
+        return self.keys, self.values
+
+
+def _room(old: torch.Tensor, new: torch.Tensor, n: int, size: int) -> torch.Tensor:
+    buffer = new.new_empty((*new.shape[:-2], size, new.shape[-1]))
+    if n:
+        buffer[..., :n, :] = old
+    return buffer
+
+
+def _cache(model) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    cache.layers = [_ReservedLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def _prefilled(model, prompt: list[int], rows: int) -> DynamicCache:
     """The KV cache of all but the prompt's last token, computed once and repeated for `rows` rows: n samples of one
     prompt (003's teacher queries: ~3,500-token states, n=8) prefill it once instead of n times. `generate` then
     feeds the last token itself; the tokens and log-probs are those of the unshared batch (tests/test_serve.py)."""
-    cache = DynamicCache(config=model.config)
+    cache = _cache(model)
     model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True, past_key_values=cache)
     cache.batch_repeat_interleave(rows)
     return cache
@@ -606,14 +671,14 @@ class Server:
 
     def __init__(self, models: dict[str, str | Path], profiles: dict[str, str | dict] | None = None, *,
                  profiles_file: str | Path = PROFILES_FILE, backend: Literal["generate", "echo"] = "generate",
-                 seed: int = 0, host: str = "127.0.0.1", port: int = 0, share_prefill: bool = True):
+                 seed: int = 0, host: str = "127.0.0.1", port: int = 0, plain: bool = False):
         if backend not in ("generate", "echo"):
             raise ValueError(f"backend must be 'generate' or 'echo', not {backend!r}")
         self.models = list(models)
         self.seed = seed
         self._seen: collections.Counter = collections.Counter()  # request draws per (model, body)
         sims = self._simulations(models, profiles or {}, profiles_file)
-        tokenizers, weights, generators = {}, {}, {}
+        tokenizers, weights, served_by = {}, {}, collections.defaultdict(dict)
         for name, path in models.items():  # models sharing a path share one copy in memory
             key = str(path)
             if key not in tokenizers:
@@ -621,7 +686,7 @@ class Server:
                 if backend == "generate":
                     weights[key] = load_model(path).eval()
             if backend == "generate":
-                generators[name] = weights[key]
+                served_by["all" if plain else key][name] = weights[key]
         self._served = {}
         for name, path in models.items():
             model = weights.get(str(path))
@@ -637,7 +702,10 @@ class Server:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         self.base_url = f"http://{host}:{sock.getsockname()[1]}/v1"
-        self._generator = Generator(generators, seed, share_prefill=share_prefill) if backend == "generate" else None
+        # One worker thread per copy of the weights: 003's three teachers generate at once on a machine's cores
+        # (each job's tokens depend on its seed alone, see _Sample). plain: one worker for all, as before.
+        workers = [Generator(served, seed, plain=plain) for served in served_by.values()]
+        self._generators = {name: worker for worker in workers for name in worker.models}
         # A short graceful shutdown: a stalled request would otherwise hold close() for its whole stall.
         config = uvicorn.Config(self._app(), log_config=None, log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=1)
@@ -672,8 +740,8 @@ class Server:
     def close(self) -> None:
         self._uvicorn.should_exit = True
         self._thread.join()
-        if self._generator:
-            self._generator.close()
+        for worker in {id(w): w for w in self._generators.values()}.values():
+            worker.close()
 
     def _draw(self, model: str, body: str) -> random.Random:
         key = hashlib.sha256(f"{self.seed}\0{model}\0{body}".encode()).digest()
@@ -749,7 +817,7 @@ class Server:
 
     def _start(self, completion: _Completion, served: _Served, req: ChatRequest, prompt: list[int],
                max_tokens: int) -> None:
-        if self._generator is None:  # echo: the last user message, as if generated token by token
+        if not self._generators:  # echo: the last user message, as if generated token by token
             user = [m.content for m in req.messages if m.role == "user"]
             text = user[-1] if user else ""
             if isinstance(text, list):
@@ -770,7 +838,7 @@ class Server:
         temperature = 1.0 if req.temperature is None else req.temperature  # OpenAI's defaults
         completion.job = Job(req.model, prompt, req.n, max_tokens, temperature, req.top_p or 1.0, req.seed,
                              (req.top_logprobs or 0) if req.logprobs else None, emit)
-        self._generator.submit(completion.job)
+        self._generators[req.model].submit(completion.job)
 
     @staticmethod
     def _fault(u: float, errors: Errors) -> str | None:
@@ -804,8 +872,8 @@ def serve(models: dict[str, str | Path], profiles: dict[str, str | dict] | None 
 
     models: served name -> checkpoint path (or Hub name). profiles: served name -> a profile name from
     `profiles_file` or a dict of Profile fields; a model named like a profile in the file gets it anyway.
-    kwargs: profiles_file, backend ("generate" or "echo"), seed, host, port (0: a free one), share_prefill (True: n
-    samples of one prompt encode it once; False only to measure that, composer.bench.teachers).
+    kwargs: profiles_file, backend ("generate" or "echo"), seed, host, port (0: a free one), plain (True: HF
+    generate's own prefill and cache, only to measure what the server's buy, composer.bench.teachers).
     """
     server = Server(models, profiles, **kwargs)
     try:

@@ -9,6 +9,7 @@ retries off, except where the test is about those retries.
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 
@@ -19,7 +20,7 @@ import torch
 
 from composer.models import load_model, load_tokenizer, tiny_model
 from composer.providers import PROFILES_FILE, Profile, load_profiles
-from composer.serve import BYTE_LEVEL, Generator, Job, Server, parse_tool_calls, serve
+from composer.serve import BYTE_LEVEL, Generator, Job, Server, _ReservedLayer, parse_tool_calls, serve
 from composer.serve import main as serve_main
 
 KEY = "sk-local-unused"
@@ -143,20 +144,26 @@ def test_n_choices(gen):
     assert len({ch.message.content for ch in greedy.choices}) == 1 and len(greedy.choices) == 3
 
 
-def generated(model, job_args: dict, share_prefill: bool) -> tuple[list, list]:
-    """(events, the input shapes of every forward) of one Job run by a Generator."""
-    events, shapes, done = [], [], threading.Event()
+def generated(model, jobs: list[dict], plain: bool) -> tuple[list, list]:
+    """(events of each job, the input shapes of every forward) of Jobs run by one Generator (in one batch where
+    their sampling settings allow it: they are queued before the worker can take the first)."""
+    events, shapes, done = [[] for _ in jobs], [], threading.Event()
 
-    def emit(batch):
-        events.extend(batch)
-        if sum(e[0] == "end" for e in events) == job_args["n"]:
-            done.set()
+    def emitter(i):
+        def emit(batch):
+            events[i].extend(batch)
+            if all(sum(e[0] == "end" for e in ev) == job["n"] for ev, job in zip(events, jobs)):
+                done.set()
+        return emit
 
     hook = model.register_forward_pre_hook(lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
                                            with_kwargs=True)
-    generator = Generator({"m": model}, seed=0, share_prefill=share_prefill)
+    generator = Generator({"m": model}, seed=0, plain=plain)
     try:
-        generator.submit(Job(model="m", emit=emit, **job_args))
+        with generator._cond:  # hold the worker until every job is queued
+            for i, job in enumerate(jobs):
+                generator._queue.append(Job(model="m", emit=emitter(i), **job))
+            generator._cond.notify()
         assert done.wait(120)
     finally:
         generator.close()
@@ -171,14 +178,56 @@ def test_n_samples_of_one_prompt_prefill_it_once_and_sample_the_same(tiny, token
     model = load_model(tiny).eval()
     prompt = tokenizer("the tests fail on the edge case; " * 40)["input_ids"]
     job = dict(prompt=prompt, n=4, max_tokens=12, temperature=temperature, top_p=1.0, seed=seed, top_logprobs=2)
-    shared, shared_shapes = generated(model, job, share_prefill=True)
-    plain, plain_shapes = generated(model, job, share_prefill=False)
+    (shared,), shared_shapes = generated(model, [job], plain=False)
+    (plain,), plain_shapes = generated(model, [job], plain=True)
     assert shared_shapes[:2] == [(1, len(prompt) - 1), (4, 1)] and plain_shapes[0] == (4, len(prompt))
-    assert [e[:3] for e in shared] == [e[:3] for e in plain] and len(shared) > 4 * 2
-    logprobs = [(e[3], [v for _, v in e[4]]) for e in shared if e[0] == "token"]
-    expected = [(e[3], [v for _, v in e[4]]) for e in plain if e[0] == "token"]
+    assert_same_generation(shared, plain)
+    assert len(shared) > 4 * 2
+
+
+def assert_same_generation(events: list, expected: list) -> None:
+    assert [e[:3] for e in events] == [e[:3] for e in expected]
+    logprobs = [(e[3], [v for _, v in e[4]]) for e in events if e[0] == "token"]
+    wanted = [(e[3], [v for _, v in e[4]]) for e in expected if e[0] == "token"]
     assert np.allclose([x for lp, top in logprobs for x in (lp, *top)],
-                       [x for lp, top in expected for x in (lp, *top)], atol=1e-5)
+                       [x for lp, top in wanted for x in (lp, *top)], atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_prompts_of_different_lengths_in_one_batch_generate_as_hf_does(tiny, tokenizer, temperature):
+    """Unseeded jobs batch together, left-padded, each prompt prefilled in the batch: the reserved cache outgrows its
+    first room (twice the prompt) and is moved once, and every token and log-prob is HF generate's plain one (sampled:
+    from the batch's seed, the server's first draw in both)."""
+    model = load_model(tiny).eval()
+    jobs = [dict(prompt=tokenizer(text)["input_ids"], n=2, max_tokens=40, temperature=temperature, top_p=1.0, seed=None,
+                 top_logprobs=1) for text in ("def f(x):", "the tests fail on the edge case; " * 2)]
+    served, shapes = generated(model, jobs, plain=False)
+    plain, _ = generated(model, jobs, plain=True)
+    width = max(len(job["prompt"]) for job in jobs)
+    assert shapes[0] == (4, width)  # one batch
+    for events, expected in zip(served, plain):
+        assert_same_generation(events, expected)
+    assert len(shapes) - 1 > width  # decoding went past the first room (twice the prompt)
+
+
+def test_reserved_layer_writes_in_place_until_full_then_doubles():
+    """The cache a generated token costs: a write into room already there, not a copy of the whole cache (HF's
+    DynamicLayer concatenates); what attention reads equals the concatenation at every step."""
+    layer, concatenated = _ReservedLayer(), None
+    torch.manual_seed(0)
+    buffers = []
+    for length in (5, 1, 1, 1, 1, 1, 4, 1):
+        key, value = torch.randn(2, 3, length, 4), torch.randn(2, 3, length, 4)
+        keys, values = layer.update(key, value)
+        concatenated = (key, value) if concatenated is None else tuple(
+            torch.cat([old, new], dim=-2) for old, new in zip(concatenated, (key, value)))
+        assert torch.equal(keys, concatenated[0]) and torch.equal(values, concatenated[1])
+        buffers.append(keys.data_ptr())
+    assert layer.get_seq_length() == 15
+    assert len(set(buffers[:6])) == 1 and buffers[6] != buffers[5] and buffers[7] == buffers[6]  # room 10, then 28
+    layer.batch_repeat_interleave(2)  # the views replaced: the next write starts a fresh buffer from them
+    keys, _ = layer.update(torch.zeros(4, 3, 1, 4), torch.zeros(4, 3, 1, 4))
+    assert torch.equal(keys[:, :, :15], concatenated[0].repeat_interleave(2, dim=0)) and keys.shape == (4, 3, 16, 4)
 
 
 def test_logprobs_are_the_models_raw_distribution(gen, tiny, tokenizer):
@@ -234,6 +283,33 @@ def test_concurrent_async_requests_all_complete(gen):
     results = asyncio.run(main())
     assert len(results) == 20
     assert all(r.choices[0].finish_reason in ("stop", "length") for r in results)
+
+
+def test_models_generate_in_parallel_and_each_seed_gives_what_it_gives_alone(tiny, tmp_path):
+    """Two models (distinct weights) have a worker thread each, so a long generation of one does not hold the other;
+    sampling draws from each job's own RNG, so seeded answers under concurrency are the sequential ones."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny, other)
+    args = dict(messages=HELLO, max_tokens=48, temperature=1.0, n=3, logprobs=True)
+
+    def answers(responses):
+        return [[(ch.message.content, [t.logprob for t in ch.logprobs.content]) for ch in r.choices] for r in responses]
+
+    with serve(models={"a": tiny, "b": other, "a-again": tiny}, seed=0) as server:
+        workers = {name: id(worker) for name, worker in server._generators.items()}
+        assert workers["a"] == workers["a-again"] != workers["b"]  # one worker per copy of the weights
+        c = client(server)
+        alone = [c.chat.completions.create(model=m, seed=seed, **args) for m, seed in (("a", 1), ("b", 2), ("a", 3))]
+
+        async def together():
+            ac = openai.AsyncOpenAI(base_url=server.base_url, api_key=KEY, max_retries=0, timeout=60)
+            responses = await asyncio.gather(*(ac.chat.completions.create(model=m, seed=seed, **args)
+                                               for m, seed in (("a", 1), ("b", 2), ("a", 3))))
+            await ac.close()
+            return responses
+
+        assert answers(asyncio.run(together())) == answers(alone)
+    assert answers(alone)[0] != answers(alone)[2]  # the seed matters
 
 
 # ---------------------------------------------------------------------------------------------------------

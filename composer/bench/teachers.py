@@ -1,5 +1,6 @@
-"""003's offline teacher queries, the same work twice: the local server encoding each step's prompt once for its k
-samples, and k times (as it did before the shared prefill).
+"""003's offline teacher queries, the same work twice: the local server its own way (each step's prompt encoded once
+for its k samples, the KV cache written into reserved room), and HF generate's plain way (the prompt encoded k times,
+the cache concatenated at every token), which is how the server generated before either.
 
     python -m composer bench teachers [--profile report] [--traces 20] [--k 8] [--max-tokens 256]
 
@@ -11,7 +12,7 @@ The work is 003's at report scale: every step of the first `traces` traces of 00
 as 003 does, and the JSON says which), the zoo profile's three teachers served by composer.serve in this process,
 k samples per step and teacher in one seeded request, one torch thread (003's setting). Nothing is cached: both
 variants send every request (resume off). A warm-up request goes first, so neither pays the first-call costs. The
-seeds are the same, so the answers must be too (`same_answers`); speedup is the unshared wall time over the shared.
+seeds are the same, so the answers must be too (`same_answers`); speedup is the plain wall time over the server's.
 """
 
 import argparse
@@ -28,12 +29,12 @@ from composer.paths import ROOT
 TRACES = ROOT / "runs/002a-trace-collection-trl/traces.jsonl"
 
 
-async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int, share: bool) -> tuple[float, list]:
+async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int, plain: bool) -> tuple[float, list]:
     from composer import pairs
     from composer.env.environment import tool_schemas
     from composer.serve import serve
 
-    with serve(models=teachers, seed=seed, share_prefill=share) as server, \
+    with serve(models=teachers, seed=seed, plain=plain) as server, \
             tempfile.TemporaryDirectory(prefix="composer-bench-teachers-") as tmp:
         endpoints = {name: {"base_url": server.base_url, "model": name} for name in teachers}
         first = next(iter(by_trace))
@@ -58,16 +59,16 @@ def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: i
     by_trace = dict(list(group_traces(records, on_error="collect").items())[:traces])
     teachers = {name: path for name, path in zoo.zoo(profile).items() if name != "student"}
     wall, answers = {}, {}
-    for share in (False, True):
-        wall[share], answers[share] = asyncio.run(_queries(by_trace, teachers, k, max_tokens, seed, share))
-    first = [q for q in answers[True] if q.sample == 0 and q.prompt_tokens]
+    for plain in (True, False):
+        wall[plain], answers[plain] = asyncio.run(_queries(by_trace, teachers, k, max_tokens, seed, plain))
+    first = [q for q in answers[False] if q.sample == 0 and q.prompt_tokens]
     return {
-        "speedup": wall[False] / wall[True],
-        "wall_s_shared": wall[True], "wall_s_unshared": wall[False],
-        "same_answers": [q.raw_text for q in answers[True]] == [q.raw_text for q in answers[False]],
-        "samples": len(answers[True]), "steps": sum(map(len, by_trace.values())), "traces": len(by_trace),
+        "speedup": wall[True] / wall[False],
+        "wall_s_server": wall[False], "wall_s_plain": wall[True],
+        "same_answers": [q.raw_text for q in answers[False]] == [q.raw_text for q in answers[True]],
+        "samples": len(answers[False]), "steps": sum(map(len, by_trace.values())), "traces": len(by_trace),
         "mean_prompt_tokens": sum(q.prompt_tokens for q in first) / max(len(first), 1),
-        "completion_tokens": sum(q.completion_tokens or 0 for q in answers[True]),
+        "completion_tokens": sum(q.completion_tokens or 0 for q in answers[False]),
         "traces_source": str(TRACES.relative_to(ROOT)) if TRACES.is_file() else "embedded fallback (8 episodes)",
         "profile": profile, "teachers": list(teachers), "k": k, "max_tokens": max_tokens,
         "scope": "003's query_policy_teachers against composer.serve in this process, one torch thread, no cache",
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     result = measure(args.profile, args.traces, args.k, args.max_tokens, args.seed)
     print(f"003's teacher queries: {result['steps']} steps x {len(result['teachers'])} teachers x k={args.k} "
           f"({result['traces_source']}; mean prompt {result['mean_prompt_tokens']:.0f} tokens)")
-    print(f"  prefill shared {result['wall_s_shared']:.1f} s, unshared {result['wall_s_unshared']:.1f} s: "
+    print(f"  the server's way {result['wall_s_server']:.1f} s, HF generate's plain way {result['wall_s_plain']:.1f} s: "
           f"x{result['speedup']:.2f}; same answers: {result['same_answers']}")
     print(f"load average at start {result['load_average_1m_at_start']:.2f} on {result['cpus']} CPUs")
     print(json.dumps(result))
