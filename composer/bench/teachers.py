@@ -7,7 +7,7 @@ the cache concatenated at every token), which is how the server generated before
     from composer.bench.teachers import measure
     result = measure(profile="smoke", traces=1, k=2, max_tokens=8)   # the dict printed as the last stdout line
 
-The work is 003's at report scale: every step of the first `traces` traces of 002a's output
+The work is 003's at report scale on fewer traces: every step of the first `traces` traces of 002a's output
 (runs/002a-trace-collection-trl/traces.jsonl; where it is missing, 8 episodes of the scripted expert with detours,
 as 003 does, and the JSON says which), the zoo profile's three teachers served by composer.serve in this process,
 k samples per step and teacher in one seeded request, one torch thread (003's setting). Nothing is cached: both
@@ -79,7 +79,7 @@ def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: i
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer bench teachers", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="report", help="zoo profile of the teachers (default report)")
-    parser.add_argument("--traces", type=int, default=20, help="traces, every step queried (default 20, 003's)")
+    parser.add_argument("--traces", type=int, default=20, help="traces, every step queried (default 20)")
     parser.add_argument("--k", type=int, default=8, help="samples per step and teacher (default 8)")
     parser.add_argument("--max-tokens", type=int, default=256, help="completion budget per sample (default 256)")
     parser.add_argument("--seed", type=int, default=0)
