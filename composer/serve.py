@@ -58,15 +58,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import decoders
-from transformers import (DynamicCache, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList,
-                          TemperatureLogitsWarper, TopPLogitsWarper)
+from transformers import (AttentionInterface, DynamicCache, LogitsProcessor, LogitsProcessorList, StoppingCriteria,
+                          StoppingCriteriaList, TemperatureLogitsWarper, TopPLogitsWarper)
 from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from composer.models import load_model, load_tokenizer
 from composer.providers import FAULTS, PROFILES_FILE, Errors, Profile, PromptCache, cost, load_profiles
 
 MAX_BATCH_ROWS = 32  # sequences per generate call: bounds the padding and how long a batch holds the worker
+SHARED_PROMPT = "composer_shared_prompt"  # the attention implementation the workers give their models (below)
+SHARED_PROMPT_MODELS = ("qwen3",)  # whose attention modules pass the cache's keys to the attention function unchanged
 TOOL_CALL = "<tool_call>"
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 # Marks where a content part with cache_control ends, through the chat template; removed before tokenizing.
@@ -207,6 +211,9 @@ class Generator:
         # plain: HF generate's own way (every row prefills its prompt, the KV cache grows by concatenation, sampling
         # draws from torch's global RNG), only to measure what the server's way buys (bench serve, bench teachers).
         self.plain = plain
+        for model in models.values() if not plain else ():
+            if model.config.model_type in SHARED_PROMPT_MODELS:
+                model.set_attn_implementation(SHARED_PROMPT)
         self._rng = random.Random(seed)  # seeds unseeded batches, so a sequential rerun repeats itself
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
@@ -345,13 +352,66 @@ def _cache(model) -> DynamicCache:
 
 
 def _prefilled(model, prompt: list[int], rows: int) -> DynamicCache:
-    """The KV cache of all but the prompt's last token, computed once and repeated for `rows` rows: n samples of one
-    prompt (003's teacher queries: ~3,500-token states, n=8) prefill it once instead of n times. `generate` then
-    feeds the last token itself; the tokens and log-probs are those of the unshared batch (tests/test_serve.py)."""
+    """The KV cache of all but the prompt's last token, computed once for the `rows` rows that continue it: n samples
+    of one prompt (003's teacher queries: ~3,200-token states, n=8) prefill it once instead of n times. With the
+    shared-prompt attention the rows hold it once (_SharedPromptLayer); otherwise it is repeated per row. `generate`
+    then feeds the last token itself; the tokens and log-probs are those of the unshared batch (tests/test_serve.py)."""
     cache = _cache(model)
     model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True, past_key_values=cache)
-    cache.batch_repeat_interleave(rows)
+    if model.config._attn_implementation == SHARED_PROMPT and all(
+            isinstance(layer, _ReservedLayer) for layer in cache.layers):
+        cache.layers = [_SharedPromptLayer(layer.keys, layer.values) for layer in cache.layers]
+    else:
+        cache.batch_repeat_interleave(rows)
     return cache
+
+
+class _SharedPromptLayer(DynamicLayer):
+    """The cache of rows that continue one prompt: the prompt's keys and values once (batch 1), each row's own tokens
+    after it in a _ReservedLayer. _shared_prompt_attention reads the prompt once for all the rows, where a repeated
+    cache has attention read it once per row: at 003's shape (8 rows, ~3,200-token prompts) that read was most of a
+    decoding step once the cache stopped being copied."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.prompt, self.own = (keys, values), _ReservedLayer()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        keys, values = self.own.update(key_states, value_states)
+        keys.composer_prompt = self.prompt  # the model hands these tensors to the attention function as they are
+        return keys, values
+
+    def get_seq_length(self) -> int:
+        return self.prompt[0].shape[-2] + self.own.get_seq_length()
+
+
+def _shared_prompt_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """SDPA, except for keys of a _SharedPromptLayer: one query token per row against the prompt's keys (batch 1,
+    read once by one matmul for every row and head) and the row's own. Grouped-query heads as HF's repeat_kv groups
+    them: query head i reads key/value head i // (heads / kv_heads)."""
+    prompt = getattr(key, "composer_prompt", None)
+    if prompt is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    (prompt_keys, prompt_values), (rows, heads, length, dim) = prompt, query.shape
+    kv_heads, n = prompt_keys.shape[1], prompt_keys.shape[-2]
+    if length != 1:
+        raise ValueError(f"shared-prompt attention takes one new token per row, got {length}")
+    grouped = query.view(rows, kv_heads, heads // kv_heads, dim)  # [rows, kv heads, group, dim]
+    across = grouped.transpose(0, 1).reshape(1, kv_heads, -1, dim)  # every row's queries as one batch-1 sequence
+    scores = torch.cat([(across @ prompt_keys.transpose(-1, -2)).view(kv_heads, rows, -1, n).transpose(0, 1),
+                        grouped @ key.transpose(-1, -2)], dim=-1) * (dim ** -0.5 if scaling is None else scaling)
+    if attention_mask is not None:  # [rows, 1, 1, prompt + own]: bool (True attends) or additive
+        mask = attention_mask.view(rows, 1, 1, -1)
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    from_prompt = probs[..., :n].transpose(0, 1).reshape(1, kv_heads, -1, n) @ prompt_values
+    out = from_prompt.view(kv_heads, rows, -1, dim).transpose(0, 1) + probs[..., n:] @ value
+    return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
+
+
+AttentionInterface.register(SHARED_PROMPT, _shared_prompt_attention)
+AttentionMaskInterface.register(SHARED_PROMPT, sdpa_mask)
 
 
 class _Tap:
