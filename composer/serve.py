@@ -764,8 +764,8 @@ class Server:
         self.base_url = f"http://{host}:{sock.getsockname()[1]}/v1"
         # One worker thread per copy of the weights: 003's three teachers generate at once on a machine's cores
         # (each job's tokens depend on its seed alone, see _Sample). plain: one worker for all, as before.
-        workers = [Generator(served, seed, plain=plain) for served in served_by.values()]
-        self._generators = {name: worker for worker in workers for name in worker.models}
+        self._workers = [Generator(served, seed, plain=plain) for served in served_by.values()]
+        self._generators = {name: worker for worker in self._workers for name in worker.models}
         # A short graceful shutdown: a stalled request would otherwise hold close() for its whole stall.
         config = uvicorn.Config(self._app(), log_config=None, log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=1)
@@ -800,7 +800,7 @@ class Server:
     def close(self) -> None:
         self._uvicorn.should_exit = True
         self._thread.join()
-        for worker in {id(w): w for w in self._generators.values()}.values():
+        for worker in self._workers:
             worker.close()
 
     def _draw(self, model: str, body: str) -> random.Random:
