@@ -321,6 +321,11 @@ class ComposerTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         if self.args.hint_distill_weight > 0:
             output.update(self._hint_inputs(inputs, output))
+            if self._teacher_logps_per_generation():
+                mode = "train" if self.model.training else "eval"
+                batch_size = self.args.per_device_train_batch_size if mode == "train" else \
+                    self.args.per_device_eval_batch_size
+                output["hint_teacher_logps"] = self._hint_teacher_logps(self.model, output, batch_size)
         return output
 
     def _compute_loss(self, model, inputs):
@@ -343,6 +348,20 @@ class ComposerTrainer(GRPOTrainer):
         return loss
 
     # ---- the hint channel
+
+    def _teacher_logps_per_generation(self) -> bool:
+        """A frozen teacher scores a generation's sampled tokens once, at generation time, and every optimizer
+        step on that generation (num_iterations, steps_per_generation) reuses them: they cannot change. An EMA or
+        live teacher moves with the student, so it scores each micro-batch in the loss."""
+        return self.args.hint_teacher == "frozen" and self.args.hint_distill_mode == "sampled_token"
+
+    def _hint_teacher_logps(self, model, inputs, batch_size=None) -> torch.Tensor:
+        """The teacher's log-probs of the sampled completion tokens, in its hinted context."""
+        ids = torch.cat([inputs["hint_prompt_ids"], inputs["completion_ids"]], dim=1)
+        mask = torch.cat([inputs["hint_prompt_mask"], inputs["completion_mask"]], dim=1)
+        with torch.no_grad(), self._teacher(model) as teacher:
+            return self._get_per_token_logps_and_entropies(teacher, ids, mask, inputs["completion_ids"].size(1),
+                                                           batch_size)[0]
 
     def _hint_inputs(self, inputs, output) -> dict:
         """Tokenized teacher contexts (prompt + hint), B-first so GRPO's buffer splits them with the batch."""
@@ -382,19 +401,19 @@ class ComposerTrainer(GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         keep = completion_ids.size(1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        teacher_ids = torch.cat([inputs["hint_prompt_ids"], completion_ids], dim=1)
-        teacher_mask = torch.cat([inputs["hint_prompt_mask"], completion_mask], dim=1)
         kwargs = {"mode": self.args.hint_distill_mode, "divergence": self.args.hint_distill_divergence}
-        with torch.no_grad(), self._teacher(model) as teacher:
-            if self.args.hint_distill_mode == "sampled_token":
-                teacher_logps = self._get_per_token_logps_and_entropies(teacher, teacher_ids, teacher_mask, keep)[0]
-            else:
-                teacher_logits = completion_logits(teacher, teacher_ids, teacher_mask, keep, self.temperature)
         if self.args.hint_distill_mode == "sampled_token":
+            teacher_logps = inputs.get("hint_teacher_logps")
+            if teacher_logps is None:  # EMA or live teacher (see _teacher_logps_per_generation)
+                teacher_logps = self._hint_teacher_logps(model, inputs)
             per_token = hint_distill_per_token(
                 student_token_logps=self._student_logps, teacher_token_logps=teacher_logps, **kwargs
             )
-        else:  # topk / full need the student's logits: one more forward, with gradient
+        else:  # topk / full need logits: the teacher's, and one more student forward, with gradient
+            teacher_ids = torch.cat([inputs["hint_prompt_ids"], completion_ids], dim=1)
+            teacher_mask = torch.cat([inputs["hint_prompt_mask"], completion_mask], dim=1)
+            with torch.no_grad(), self._teacher(model) as teacher:
+                teacher_logits = completion_logits(teacher, teacher_ids, teacher_mask, keep, self.temperature)
             student_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
             student_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
             student_logits = completion_logits(model, student_ids, student_mask, keep, self.temperature)

@@ -270,6 +270,33 @@ def test_hint_variants_run_a_step(model_path, tokenizer, train_dataset, tmp_path
         torch.testing.assert_close(teacher[name], expected)
 
 
+@pytest.mark.parametrize("teacher,forwards", [("frozen", 1), ("ema", 3)])
+def test_frozen_teacher_scores_a_generation_once(model_path, tokenizer, train_dataset, tmp_path, teacher, forwards):
+    """num_iterations 3: one generation, three optimizer steps. A frozen teacher's log-probs cannot change, so it
+    scores the generation once; an EMA teacher moves after every step, so it scores every step."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, max_steps=3, num_iterations=3,
+                   hint_distill_weight=1.0, hint_teacher=teacher)
+    counter = ForwardCounter(trainer._hint_teacher)
+    trainer.train()
+    assert counter.n == forwards
+    assert all(h["hint_distill_loss"] != 0 for h in trainer.state.log_history if "loss" in h)  # the channel ran
+
+
+def test_stored_teacher_logps_equal_the_loss_time_ones(model_path, tokenizer, train_dataset, tmp_path):
+    """The log-probs stored at generation are the teacher's in its hinted context: the loss is the same when
+    they are dropped and the teacher scores the batch inside the loss instead."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, hint_distill_weight=1.0)
+    inputs = generation_batch(trainer, 4)
+    stored = inputs["hint_teacher_logps"]
+    assert stored.shape == inputs["completion_ids"].shape
+    torch.testing.assert_close(stored, trainer._hint_teacher_logps(trainer.model, inputs))
+    with_stored = trainer.compute_loss(trainer.model, dict(inputs))
+    hint_with = trainer._metrics["train"]["hint_distill_loss"][-1]
+    without = trainer.compute_loss(trainer.model, {k: v for k, v in inputs.items() if k != "hint_teacher_logps"})
+    assert hint_with != 0 and trainer._metrics["train"]["hint_distill_loss"][-1] == pytest.approx(hint_with, abs=1e-6)
+    torch.testing.assert_close(with_stored, without)
+
+
 def test_sibling_hints_come_from_successful_siblings(model_path, tokenizer, train_dataset, tmp_path):
     trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, hint_distill_weight=1.0,
                    hint_source="sibling", sibling_success_reward=1.0)
