@@ -24,7 +24,9 @@ def test_cli_measures_the_same_queries_twice_and_prints_the_ratio_last():
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1])
     assert lines[0].startswith("003's teacher queries") and "same answers: True" in lines[1]
-    assert result["same_answers"] is True and result["traces"] == 1 and result["k"] == 2
+    assert result["same_answers"] is True and result["differing_samples"] == 0
+    assert result["completion_tokens"] == result["completion_tokens_plain"] > 0
+    assert result["traces"] == 1 and result["k"] == 2
     assert result["samples"] == result["steps"] * 3 * 2 > 0 and result["mean_prompt_tokens"] > 0
     assert result["speedup"] == result["wall_s_plain"] / result["wall_s_server"] > 0
     assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0
