@@ -308,17 +308,10 @@ def _train(plan: Plan, job: dict, out: Path) -> dict:
     from composer import collect, pairs
 
     dataset = pairs.load(job["pairs"]) if job["pairs"] else None
-    # the launcher's process count; the trainer sets the process group up (an accelerate state made here first
-    # leaves GRPO's distributed dataloader empty)
-    grpo, processes = dict(plan.grpo), int(os.environ.get("WORLD_SIZE", "1"))
-    if processes > 1:  # the step's rollouts shared out: the same GRPO budget as on one process
-        rollouts = grpo["prompts_per_step"] * grpo["generations"]
-        if rollouts % processes:
-            raise ValueError(f"{rollouts} rollouts per step do not split over {processes} processes")
-        grpo["per_device_train_batch_size"] = rollouts // processes
+    # under a launcher the step's rollouts are shared out over its processes (collect.split_rollouts)
     trainer = collect.build_trainer(
         plan.student, seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
-        recording_env=False, channels=job["channels"], pairs_dataset=dataset, **grpo)
+        recording_env=False, channels=job["channels"], pairs_dataset=dataset, **plan.grpo)
     start = time.perf_counter()
     try:
         trainer.train()

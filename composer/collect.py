@@ -795,6 +795,21 @@ def dataset(instances: list[dict], system: str | None = None):
     return Dataset.from_list(rows)
 
 
+def split_rollouts(rollouts: int, processes: int, micro_batch: int | None = None) -> tuple[int, int]:
+    """(per_device_train_batch_size, gradient_accumulation_steps) for `rollouts` per optimizer step shared out over
+    `processes`, `micro_batch` rollouts per forward and backward (default: a process's whole share). TRL generates
+    their product times the processes at once, so a step trains the same rollouts on any launch; at long sequences
+    a micro-batch of 1 is what fits (composer.plan)."""
+    share, left = divmod(rollouts, processes)
+    if left:
+        raise ValueError(f"{rollouts} rollouts per step do not split over {processes} processes")
+    micro = share if micro_batch is None else micro_batch
+    if micro < 1 or share % micro:
+        raise ValueError(f"per_device_train_batch_size {micro_batch} must divide the {share} rollouts each of the "
+                         f"{processes} process(es) trains per step")
+    return micro, share // micro
+
+
 def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1, prompts_per_step: int = 2,
                   generations: int = 2, max_completion_length: int = 512, max_tool_calling_iterations: int = 10,
                   env_config: EnvConfig | None = None, call_timeout_s: float | None = 60.0,
@@ -803,7 +818,8 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
                   channels: dict | None = None, pairs_dataset=None, **config):
     """A GRPOTrainer over the embedded environment (RecordingEnv): by default CPU, offline, one generation batch
     of prompts_per_step x generations rollouts per optimizer step, a checkpoint after every step (resume);
-    `config` overrides any GRPOConfig field. recording_env=False uses the plain TRLCodingEnv (no environment-side
+    `config` overrides any GRPOConfig field but the batch's: per_device_train_batch_size is the rollouts per forward
+    and backward (see split_rollouts). recording_env=False uses the plain TRLCodingEnv (no environment-side
     log, no fault handling): the baseline of the recorder's overhead. `channels` (ComposerConfig's channel fields,
     e.g. trace_replay_weight) makes it a ComposerTrainer, with `pairs_dataset` for the trace-replay channel."""
     from transformers.trainer_callback import PrinterCallback
@@ -813,10 +829,16 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     from composer.trainer import ComposerConfig, ComposerTrainer
 
     tokenizer = load_tokenizer(model_path)
+    if "gradient_accumulation_steps" in config:
+        raise ValueError("gradient_accumulation_steps is derived: set per_device_train_batch_size (rollouts per "
+                         "forward and backward) and the accumulation follows from prompts_per_step x generations")
+    # the launcher's process count (an accelerate state made here first leaves GRPO's distributed dataloader empty)
+    micro, accumulation = split_rollouts(prompts_per_step * generations, int(os.environ.get("WORLD_SIZE", "1")),
+                                         config.pop("per_device_train_batch_size", None))
     settings = dict(
         use_cpu=True, bf16=False, report_to=[], disable_tqdm=True, logging_steps=1,
-        max_steps=steps, per_device_train_batch_size=prompts_per_step * generations, num_generations=generations,
-        gradient_accumulation_steps=1, max_completion_length=max_completion_length,
+        max_steps=steps, per_device_train_batch_size=micro, num_generations=generations,
+        gradient_accumulation_steps=accumulation, max_completion_length=max_completion_length,
         max_tool_calling_iterations=max_tool_calling_iterations, temperature=temperature, seed=seed,
         learning_rate=learning_rate, save_strategy="steps" if checkpoint else "no", save_steps=1,
         save_total_limit=1)

@@ -13,14 +13,22 @@ An ESTIMATE, never a measurement: every number comes from the assumptions below 
   LORA_SHARE of the parameters); sharded over the GPUs that train (FSDP2 full shard); a full fine-tune's frozen
   hint teacher adds a bf16 copy (2, sharded; with LoRA the teacher is the adapter-disabled base: free);
 - activations of one sequence of seq_tokens (micro-batch 1, gradient checkpointing): each layer's input kept
-  (2 bytes x hidden), one layer recomputed (34 bytes x hidden, Korthikanti et al. 2022), and the logits (2 bytes
-  bf16 + 4 bytes fp32 for the log-softmax, x vocabulary): the logits dominate at long sequences;
+  (2 bytes x hidden), one layer recomputed (34 bytes x hidden, Korthikanti et al. 2022). The logits are never
+  whole: TRL's fused LM head scores the tokens in tiles of 4,096 tokens x 32,768 vocabulary entries (HEAD_TILE_BYTES,
+  counted in fp32);
+- the trace-replay channel (dpo_pairs per micro-batch, its trace_replay_batch_size): under gradient checkpointing a
+  pair cannot run on its prompt's cache (composer.trainer.pair_logps), so each pair is two whole sequences, chosen
+  and rejected, counted as seq_tokens each (a pair's prompt is a step of a student trace), alive in the same graph
+  as the rollout's until the one backward, plus the full logits (6 bytes x vocabulary) of their completions, one
+  agent action of ACTION_TOKENS each; the DPO forward and backward run on every micro-batch, so at micro-batch 1
+  they add 2 x dpo_pairs sequences of training compute per rollout;
 - vLLM: colocate reserves its memory fraction of every training GPU (the bf16 weights, unsharded at tensor
   parallel 1, and the KV cache in the rest); server mode puts vLLM on GPUs of its own (VLLM_SERVER_GPUS of them)
   and reserves nothing on the training GPUs;
 - RUNTIME_GB for the CUDA context, NCCL buffers and allocator fragmentation.
 GPU-hours per arm and seed: generation (the rollouts' tokens at GEN_TOKENS_PER_S per vLLM GPU), training (6 x
-parameters x trained tokens FLOPs, 8 with a hint teacher's forward, at MFU of PEAK_FLOPS per GPU), grading
+parameters x trained tokens FLOPs, 8 with a hint teacher's forward, and 6 x parameters x the DPO pairs' tokens, at
+MFU of PEAK_FLOPS per GPU), grading
 (GRADING_S per rollout over GRADERS containers at once), each step in turn; times every GPU the run holds.
 """
 
@@ -45,6 +53,8 @@ GRADING_S = 60.0  # one submission's container grading on a real repository
 GRADERS = 32  # containers grading at once (CPU cores of the node)
 VLLM_SERVER_GPUS = 1  # GPUs given to `trl vllm-serve` in server mode
 BYTES_PER_GB = 1e9
+HEAD_TILE_BYTES = 4096 * 32768 * 4  # TRL 1.16's fused LM head: one [4,096 tokens, 32,768 vocabulary] tile, fp32
+ACTION_TOKENS = 512  # a DPO pair's completion: one agent action (an assumption)
 
 PLAN_BEGIN = "# --- plan: python -m composer plan --write (computed by composer/plan.py; do not edit) ---"
 PLAN_END = "# --- end of plan ---"
@@ -72,6 +82,7 @@ class Setup:
     vllm_fraction: float  # colocate: vllm_gpu_memory_utilization
     gpus: int  # GPUs the run holds (server mode: VLLM_SERVER_GPUS of them serve, the rest train)
     hint_teacher: bool = False  # ComposerTrainer's frozen hint teacher (a forward per step)
+    dpo_pairs: int = 0  # the trace-replay channel's pairs per micro-batch (trace_replay_batch_size; 0: channel off)
 
     def __post_init__(self):
         if self.mode not in ("full", "lora"):
@@ -82,6 +93,8 @@ class Setup:
             raise ValueError(f"vllm_fraction {self.vllm_fraction}: in (0, 1) with colocate, 0 otherwise")
         if self.gpus < 1 or (self.vllm == "server" and self.gpus <= VLLM_SERVER_GPUS):
             raise ValueError(f"gpus {self.gpus}: at least 1, and more than {VLLM_SERVER_GPUS} in server mode")
+        if self.dpo_pairs < 0:
+            raise ValueError(f"dpo_pairs {self.dpo_pairs}: 0 (no trace-replay channel) or more")
 
     @property
     def training_gpus(self) -> int:
@@ -94,7 +107,9 @@ def memory_gb(model: Model, setup: Setup, *, seq_tokens: int) -> dict:
     state = 16 * p if setup.mode == "full" else 2 * p + 16 * LORA_SHARE * p
     if setup.hint_teacher and setup.mode == "full":
         state += 2 * p
-    activations = seq_tokens * (model.layers * 2 * model.hidden + 34 * model.hidden + 6 * model.vocab)
+    sequences = 1 + 2 * setup.dpo_pairs  # the rollout, and each pair's chosen and rejected
+    activations = (sequences * seq_tokens * (model.layers * 2 * model.hidden + 34 * model.hidden) + HEAD_TILE_BYTES
+                   + 2 * setup.dpo_pairs * ACTION_TOKENS * 6 * model.vocab)
     parts = {"training_state": state / setup.training_gpus / BYTES_PER_GB,
              "activations": activations / BYTES_PER_GB,
              "vllm": setup.vllm_fraction * GPU_GB,
@@ -110,7 +125,8 @@ def gpu_hours(model: Model, setup: Setup, *, steps: int, rollouts_per_step: int,
     tokens = rollouts_per_step * tokens_per_rollout
     serving = VLLM_SERVER_GPUS if setup.vllm == "server" else setup.gpus
     generate_s = tokens / (model.gen_tokens_per_s * serving)
-    flops = (8 if setup.hint_teacher else 6) * model.params_b * 1e9 * tokens
+    dpo_tokens = tokens * 2 * setup.dpo_pairs  # every micro-batch of one rollout trains dpo_pairs pairs
+    flops = ((8 if setup.hint_teacher else 6) * tokens + 6 * dpo_tokens) * model.params_b * 1e9
     train_s = flops / (MFU * PEAK_FLOPS * setup.training_gpus)
     grade_s = math.ceil(rollouts_per_step / GRADERS) * GRADING_S
     step_s = generate_s + train_s + grade_s
@@ -123,9 +139,11 @@ def gpu_hours(model: Model, setup: Setup, *, steps: int, rollouts_per_step: int,
 SETUPS = {
     "002a-trace-collection-trl": [Setup("full", "colocate", 0.4, 1), Setup("lora", "colocate", 0.4, 1),
                                   Setup("full", "colocate", 0.4, 8)],
-    "004-ab-train-grpo-vs-trace-replay-dpo": [Setup("lora", "colocate", 0.4, 1, True),
-                                              Setup("full", "colocate", 0.4, 8, True),
-                                              Setup("full", "server", 0, 8, True)],
+    # arm B (the trace-replay channel; A is the same without it), at the YAML's trace_replay_batch_size
+    "004-ab-train-grpo-vs-trace-replay-dpo": [Setup("lora", "colocate", 0.4, 1, dpo_pairs=1),
+                                              Setup("full", "colocate", 0.4, 8, dpo_pairs=1),
+                                              Setup("full", "server", 0, 8, dpo_pairs=1),
+                                              Setup("full", "server", 0, 8, dpo_pairs=2)],
 }
 
 
@@ -153,7 +171,9 @@ def table(slug: str, values: dict) -> list[str]:
         vllm = {"colocate": f"colocate ({setup.vllm_fraction})", "server": f"server ({VLLM_SERVER_GPUS} GPU)",
                 "none": "none"}[setup.vllm]
         fits = "yes" if mem["fits"] else "no" + ("" if mem["vllm_holds_model"] else " (vLLM's share < the model)")
-        lines.append(f"# | {setup.mode}{' + hint teacher' if setup.hint_teacher else ''} | {vllm} | {setup.gpus} | "
+        extras = (" + hint teacher" if setup.hint_teacher else "") + (
+            f" + DPO ({setup.dpo_pairs} pair{'s' if setup.dpo_pairs > 1 else ''})" if setup.dpo_pairs else "")
+        lines.append(f"# | {setup.mode}{extras} | {vllm} | {setup.gpus} | "
                      f"{mem['total']:.1f} ({mem['training_state']:.1f} + {mem['activations']:.1f} + "
                      f"{mem['vllm']:.1f} + {mem['runtime']:.1f}) | {fits} | {cost['hours']:.2f} | "
                      f"{cost['gpu_hours']:.1f} |")

@@ -447,6 +447,35 @@ def test_recorded_chat_renders_exactly_like_the_chat_trl_rendered(model_path):
     assert collect._runs([1, 1, 0, 0, 1, 0, 1]) == [(0, 2), (4, 5), (6, 7)] and collect._runs([0, 0]) == []
 
 
+@pytest.mark.parametrize("rollouts,processes,micro,expected", [
+    (8, 1, None, (8, 1)), (8, 1, 2, (2, 4)), (8, 2, None, (4, 1)), (8, 2, 1, (1, 4)), (128, 8, 1, (1, 16))])
+def test_split_rollouts_keeps_a_steps_rollouts_on_any_launch(rollouts, processes, micro, expected):
+    per_device, accumulation = collect.split_rollouts(rollouts, processes, micro)
+    assert (per_device, accumulation) == expected and per_device * accumulation * processes == rollouts
+
+
+@pytest.mark.parametrize("rollouts,processes,micro,message", [
+    (6, 4, None, "6 rollouts per step do not split over 4 processes"),
+    (8, 2, 3, "per_device_train_batch_size 3 must divide the 4 rollouts"),
+    (8, 1, 0, "per_device_train_batch_size 0 must divide")])
+def test_split_rollouts_refuses_a_batch_that_does_not_divide(rollouts, processes, micro, message):
+    with pytest.raises(ValueError, match=message):
+        collect.split_rollouts(rollouts, processes, micro)
+
+
+def test_a_micro_batch_accumulates_to_the_same_step(model_path, records, tmp_path):
+    """per_device_train_batch_size 1 for 2 prompts x 2 generations: 4 accumulated micro-batches, one generation of
+    4 rollouts, every one recorded, one optimizer step."""
+    plans = {r["instance_id"]: solve(r) for r in records}
+    trainer, recorder, found, problems = run(model_path, records, tmp_path, plans, max_completion_length=4000,
+                                             per_device_train_batch_size=1)
+    assert trainer.args.gradient_accumulation_steps == 4 and trainer.args.generation_batch_size == 4
+    assert not problems and recorder.written == 4 and trainer.state.global_step == 1
+    assert sorted(traces.group_traces(found)) == collect.expected_ids(1, 2, 2)
+    with pytest.raises(ValueError, match="gradient_accumulation_steps is derived"):
+        collect.build_trainer(model_path, records, tmp_path / "x", checkpoint=False, gradient_accumulation_steps=2)
+
+
 def test_channels_make_a_composer_trainer_with_its_pairs(model_path, records, tmp_path):
     from datasets import Dataset
     from trl import GRPOTrainer

@@ -16,10 +16,16 @@ TOY = plan.Model(1.0, 2, 10, 100, 8, 1000.0)
 
 def test_memory_parts_by_hand():
     full = plan.memory_gb(TOY, plan.Setup("full", "colocate", 0.4, 1), seq_tokens=1000)
-    # activations: 1000 tokens x (2 layers x 2 bytes x 10 + 34 x 10 + 6 x 100) = 980,000 bytes
-    assert full["training_state"] == 16.0 and full["activations"] == pytest.approx(0.00098)
+    # activations: 1000 tokens x (2 layers x 2 bytes x 10 + 34 x 10) = 380,000 bytes, and the fused head's one
+    # [4096, 32768] fp32 tile (the logits are never whole)
+    tile = 4096 * 32768 * 4
+    assert full["training_state"] == 16.0 and full["activations"] == pytest.approx((380_000 + tile) / 1e9)
     assert full["vllm"] == 32.0 and full["runtime"] == plan.RUNTIME_GB
-    assert full["total"] == pytest.approx(16 + 0.00098 + 32 + 3) and full["fits"] and full["vllm_holds_model"]
+    assert full["total"] == pytest.approx(16 + (380_000 + tile) / 1e9 + 32 + 3) and full["fits"]
+    assert full["vllm_holds_model"]
+    # two DPO pairs: four more whole sequences, and the full logits of four 512-token actions (6 bytes x 100)
+    dpo = plan.memory_gb(TOY, plan.Setup("full", "colocate", 0.4, 1, dpo_pairs=2), seq_tokens=1000)
+    assert dpo["activations"] == pytest.approx((5 * 380_000 + tile + 4 * 512 * 600) / 1e9)
     lora = plan.memory_gb(TOY, plan.Setup("lora", "colocate", 0.4, 2), seq_tokens=1000)
     assert lora["training_state"] == pytest.approx((2 + 16 * plan.LORA_SHARE) / 2)
     teacher = plan.memory_gb(TOY, plan.Setup("full", "none", 0, 4, hint_teacher=True), seq_tokens=1000)
@@ -43,6 +49,10 @@ def test_gpu_hours_by_hand():
                             rollouts_per_step=40, tokens_per_rollout=500)
     assert served["generate_s"] == 40 * 500 / 1000  # one serving GPU
     assert served["train_s"] == pytest.approx(8e9 * 20_000 / (plan.MFU * plan.PEAK_FLOPS * 2))
+    dpo = plan.gpu_hours(TOY, plan.Setup("full", "none", 0, 2, dpo_pairs=1), steps=10, rollouts_per_step=40,
+                         tokens_per_rollout=500)
+    # every rollout's micro-batch also trains one pair: chosen and rejected, as long as a rollout
+    assert dpo["train_s"] == pytest.approx(6e9 * (20_000 + 40_000) / (plan.MFU * plan.PEAK_FLOPS * 2))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -51,6 +61,7 @@ def test_gpu_hours_by_hand():
     (("full", "colocate", 0, 1), "vllm_fraction 0"),
     (("full", "none", 0.3, 1), "vllm_fraction 0.3"),
     (("full", "server", 0, 1), "more than 1 in server mode"),
+    (("full", "none", 0, 1, False, -1), "dpo_pairs -1"),
 ])
 def test_bad_setups_are_refused_by_name(args, message):
     with pytest.raises(ValueError, match=message):
@@ -63,6 +74,19 @@ def test_an_8b_full_fine_tune_with_colocated_vllm_does_not_fit_one_gpu():
                                              seq_tokens=values["max_completion_length"])["fits"]
             for s in plan.SETUPS["002a-trace-collection-trl"]}
     assert rows == {("full", 1): False, ("lora", 1): True, ("full", 8): True}
+
+
+def test_the_004_rows_are_the_live_configuration():
+    """The plan's micro-batch of one rollout and its DPO pairs per micro-batch are what the live YAML sets, and at
+    those settings only vLLM on a GPU of its own fits."""
+    values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
+    assert values["trainer_config"]["per_device_train_batch_size"] == 1
+    sizes = {a.get("trace_replay_batch_size") for a in values["arms"].values() if a.get("trace_replay_weight")}
+    assert sizes == {plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"][0].dpo_pairs}
+    fits = {(s.vllm, s.dpo_pairs): plan.memory_gb(plan.MODELS[values["student"]], s,
+                                                  seq_tokens=values["max_completion_length"])["fits"]
+            for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]}
+    assert fits == {("colocate", 1): False, ("server", 1): True, ("server", 2): False}
 
 
 def test_the_live_headers_carry_the_computed_tables():
