@@ -29,7 +29,8 @@ once on two cores, and each job's peak RSS is its own (interpreter and imports i
 in this process, in order, and no peak memory is recorded. With `launch` (a launcher's command line, e.g.
 ["accelerate", "launch", "--config_file", "params/live/accelerate-fsdp2.yaml"]) each training runs on all the
 launcher's processes, the step's rollouts shared out among them (the same GRPO budget), rank 0 writing the job's
-folder; evaluations run as without it.
+folder, and each evaluation shares its test tasks out among them (each task with the seeds it has in one process,
+so the outcomes are the one-process ones).
 """
 
 import dataclasses
@@ -326,18 +327,20 @@ def _train(plan: Plan, job: dict, out: Path) -> dict:
             "processes": trainer.accelerator.num_processes}
 
 
-def _launched(plan: Plan, job: dict, out: Path, launch: list[str]) -> dict:
-    """_train under a launcher (`accelerate launch --config_file params/live/accelerate-fsdp2.yaml`, `torchrun
-    --nproc-per-node N`): every rank runs `python -m composer.arms FOLDER`; rank 0 writes the model and the result
+def _launched(plan: Plan, job: dict, out: Path, launch: list[str], model: Path | None = None) -> dict:
+    """A job under a launcher (`accelerate launch --config_file params/live/accelerate-fsdp2.yaml`, `torchrun
+    --nproc-per-node N`): every rank runs `python -m composer.arms FOLDER`, a training on all of them, an evaluation
+    of `model` with each rank on its share of the test tasks; rank 0 writes the model (a training's) and the result
     into `out`, which this process then publishes like any job's."""
     spec = out / "launch.json"
-    spec.write_text(json.dumps({"plan": dataclasses.asdict(plan), "job": job}, default=str), encoding="utf-8")
+    spec.write_text(json.dumps({"plan": dataclasses.asdict(plan), "job": job, "model": model}, default=str),
+                    encoding="utf-8")
     done = subprocess.run([*launch, "-m", "composer.arms", str(out)], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(launch)} exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
-    result = json.loads((out / "train.json").read_text(encoding="utf-8"))
+    result = json.loads((out / "launched.json").read_text(encoding="utf-8"))
     spec.unlink()
-    (out / "train.json").unlink()
+    (out / "launched.json").unlink()
     return result
 
 
@@ -346,25 +349,66 @@ def _launched_main(folder: str) -> None:
 
     spec = json.loads((Path(folder) / "launch.json").read_text(encoding="utf-8"))
     plan = Plan(**{**spec["plan"], "env": EnvConfig(**spec["plan"]["env"])})
-    result = _train(plan, spec["job"], Path(folder))
-    if PartialState().is_main_process:
-        (Path(folder) / "train.json").write_text(json.dumps(result, default=str), encoding="utf-8")
+    if spec["job"]["kind"] == "train":
+        result = _train(plan, spec["job"], Path(folder))
+        main = PartialState().is_main_process
+    else:
+        result, main = _evaluate_launched(plan, spec["job"], Path(spec["model"]))
+    if main:
+        (Path(folder) / "launched.json").write_text(json.dumps(result, default=str), encoding="utf-8")
 
 
-def _evaluate(plan: Plan, job: dict, model: Path) -> dict:
+def _evaluate_launched(plan: Plan, job: dict, model: Path) -> tuple[dict, bool]:
+    """One rank of a launched evaluation: its share of the test tasks, on its own GPU (if any); every rank gets
+    the merged result, and whether it is rank 0. The launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK) names the
+    share; the process group is torch's own (accelerate's PartialState does not form one on CPU)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world, local = (int(os.environ[name]) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    try:
+        shard = _evaluate(plan, job, model, shard=(rank, world), device=f"cuda:{local}" if cuda else None)
+        shards = [None] * world
+        dist.all_gather_object(shards, shard)
+    finally:
+        dist.destroy_process_group()
+    return merge_evaluations(plan, shards), rank == 0
+
+
+def _evaluate(plan: Plan, job: dict, model: Path, shard: tuple[int, int] = (0, 1), device=None) -> dict:
+    """The evaluation of `model` on plan.test (on shard=(rank, world), that rank's share of the tasks)."""
     from composer import policies
 
     settings = plan.evaluation
     start = time.perf_counter()
     _, runs = policies.evaluate(model, plan.test, k=1, n=settings["k"], temperature=settings["temperature"],
                                 seed=settings["seed"], env_config=plan.env,
-                                max_new_tokens=settings["max_new_tokens"], return_rollouts=True)
+                                max_new_tokens=settings["max_new_tokens"], return_rollouts=True, shard=shard,
+                                device=device)
     wall = time.perf_counter() - start
     k = settings["k"]
-    return {"wall_s": round(wall, 2), "task_ids": [r["instance_id"] for r in plan.test],
-            "outcomes": [[int(runs[i * k + j][2] == 1.0) for j in range(k)] for i in range(len(plan.test))],
+    task_ids = [r["instance_id"] for r in plan.test][shard[0]::shard[1]]
+    return {"wall_s": round(wall, 2), "task_ids": task_ids,
+            "outcomes": [[int(runs[i * k + j][2] == 1.0) for j in range(k)] for i in range(len(task_ids))],
             "steps": sum(r[3]["steps"] for r in runs), "malformed": sum(r[3]["malformed"] for r in runs),
             "submitted": sum(r[3]["submitted"] for r in runs)}
+
+
+def merge_evaluations(plan: Plan, shards: list[dict]) -> dict:
+    """One evaluation from its launch's shards: outcomes in plan.test's order, counts summed, the slowest shard's
+    wall time."""
+    by_task = {t: o for shard in shards for t, o in zip(shard["task_ids"], shard["outcomes"], strict=True)}
+    task_ids = [r["instance_id"] for r in plan.test]
+    missing = [t for t in task_ids if t not in by_task]
+    if missing:
+        raise RuntimeError(f"the launch's evaluation shards lack {len(missing)} test tasks, e.g. {missing[0]}")
+    return {"wall_s": max(s["wall_s"] for s in shards), "task_ids": task_ids,
+            "outcomes": [by_task[t] for t in task_ids], "processes": len(shards),
+            **{key: sum(s[key] for s in shards) for key in ("steps", "malformed", "submitted")}}
 
 
 def _worker_init(parent: int, filters: list) -> None:
@@ -389,8 +433,8 @@ def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads
         if job["kind"] == "train":
             result = _launched(plan, job, tmp, launch) if launch else _train(plan, job, tmp)
         else:
-            model = plan.student if job["arm"] == BASELINE else jobs_dir / job["after"] / "model"
-            result = _evaluate(plan, job, Path(model))
+            model = Path(plan.student if job["arm"] == BASELINE else jobs_dir / job["after"] / "model")
+            result = _launched(plan, job, tmp, launch, model) if launch else _evaluate(plan, job, model)
         if fresh_process:
             result["peak_rss_bytes"] = peak_rss_bytes()
         (tmp / "result.json").write_text(json.dumps(
@@ -492,5 +536,5 @@ def train_curve(results: dict, arm: str, seeds: int, metric: str = "reward") -> 
             for s in range(seeds)]
 
 
-if __name__ == "__main__":  # one rank of a launched training (_launched)
+if __name__ == "__main__":  # one rank of a launched job (_launched)
     _launched_main(sys.argv[1])

@@ -290,21 +290,29 @@ def rollout(model, tokenizer, env: CodingEnv, instance: dict, *, max_steps: int 
 
 def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = None, temperature: float = 0.0,
              seed: int = 0, env_config: EnvConfig = ENV_CONFIG, max_new_tokens: int = 160,
-             return_rollouts: bool = False):
+             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None):
     """Unbiased pass@k per task ({instance_id: score}) from n >= k rollouts each (n defaults to k).
 
     Sampling with temperature 0 is greedy, so n > 1 then only repeats the same rollout. With
-    return_rollouts, also the list of (instance_id, messages, reward, info)."""
+    return_rollouts, also the list of (instance_id, messages, reward, info). shard=(rank, world): only tasks
+    rank, rank + world, ..., each with the seeds it has in the whole list, so a launch's shards together are
+    exactly the one-process evaluation. device: where the model runs (default: the GPU when there is one)."""
     from composer.models import load_model, load_tokenizer
     from composer.stats import pass_at_k
 
+    rank, world = shard
+    if not 0 <= rank < world:
+        raise ValueError(f"shard {shard}: (rank, world) with 0 <= rank < world")
     n = n or k
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    device = device or ("cuda" if torch.cuda.is_available() else None)
+    model, tokenizer = load_model(model_path, device=device), load_tokenizer(model_path)
     model.eval()
     env = CodingEnv(records, env_config)
     scores, runs = {}, []
     try:
         for i, record in enumerate(records):
+            if i % world != rank:
+                continue
             rewards = []
             for j in range(n):
                 messages, reward, info = rollout(model, tokenizer, env, record, max_steps=env_config.max_steps,

@@ -290,6 +290,36 @@ def test_a_spawned_job_worker_keeps_its_parents_warning_filters():
     assert first == ("ignore", FutureWarning)
 
 
+def test_an_evaluation_under_a_two_process_launcher_equals_the_one_process_one(tmp_path):
+    """The baseline's evaluation (sampled, 2 per task) with each of 2 torchrun processes on its share of the test
+    tasks: the same outcomes and step counts as in one process, in plan.test's order, published like any job."""
+    import dataclasses
+    import sys
+
+    plan, _ = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    plan = dataclasses.replace(plan, test=plan.test[:3], evaluation={**plan.evaluation, "k": 2, "temperature": 1.0})
+    job = arms.jobs(plan)[0]
+    assert job["kind"] == "eval" and job["arm"] == arms.BASELINE
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    results = {}
+    for name, how in (("launched", launch), ("alone", None)):
+        (tmp_path / name).mkdir()
+        results[name] = arms._run_job(plan, job, tmp_path / name, False, None, how)
+    launched, alone = results["launched"], results["alone"]
+    assert launched["processes"] == 2 and launched["task_ids"] == [r["instance_id"] for r in plan.test]
+    for key in ("outcomes", "steps", "malformed", "submitted", "task_ids"):
+        assert launched[key] == alone[key], key
+    assert sorted(p.name for p in (tmp_path / "launched" / job["key"]).iterdir()) == ["result.json"]
+
+
+def test_merge_evaluations_refuses_a_missing_task(tmp_path):
+    plan, _ = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    ids = [r["instance_id"] for r in plan.test]
+    shard = {"wall_s": 1.0, "task_ids": ids[:1], "outcomes": [[1]], "steps": 3, "malformed": 0, "submitted": 1}
+    with pytest.raises(RuntimeError, match=f"lack {len(ids) - 1} test tasks, e.g. {ids[1]}"):
+        arms.merge_evaluations(plan, [shard])
+
+
 def test_a_training_runs_under_a_two_process_launcher(tmp_path):
     """One arm's training (GRPO + DPO) on 2 CPU processes under torchrun (what `accelerate launch` with the FSDP2
     config does on GPUs): the step's rollouts are shared out, rank 0 publishes the job folder, the model loads."""

@@ -168,3 +168,18 @@ def test_evaluate_returns_pass_at_1_per_task(records):
                                      max_new_tokens=4, return_rollouts=True)
     assert len(runs) == 3 and all(r[3]["steps"] == 2 for r in runs)
     assert json.dumps(runs[0][1])  # rollouts are plain JSON, ready for a trace file
+
+
+def test_evaluation_shards_together_are_the_whole_evaluation(records):
+    """Sampled rollouts, 2 per task, over 3 tasks: shards (0, 2) and (1, 2) give exactly the one-process rollouts,
+    each task drawn with the seeds it has in the whole list."""
+    path = tiny_model("policy-test")
+    config = EnvConfig(max_steps=2, max_observation_chars=400)
+    kwargs = dict(k=1, n=2, temperature=1.0, env_config=config, max_new_tokens=6, return_rollouts=True)
+    whole = policies.evaluate(path, records[:3], **kwargs)[1]
+    shards = [policies.evaluate(path, records[:3], shard=(rank, 2), **kwargs)[1] for rank in (0, 1)]
+    assert [r[0] for r in shards[0]] == [records[0]["instance_id"]] * 2 + [records[2]["instance_id"]] * 2
+    assert shards[0][:2] + shards[1] + shards[0][2:] == whole
+    assert len({json.dumps(r[1]) for r in whole}) > 1  # sampled: the rollouts differ, so the seeds are checked
+    with pytest.raises(ValueError, match=r"shard \(2, 2\)"):
+        policies.evaluate(path, records[:1], shard=(2, 2))
