@@ -40,6 +40,10 @@ difference on the same test tasks with a paired bootstrap 95% CI):
   Where the failures are (teacher-large, 12 test tasks read by hand): mostly an edit that rewrites the
   function with a small slip (a syntax error: pytest exits 2), after which the model keeps calling run_tests
   until the step limit; the demonstrations never show a recovery from a broken edit.
+  2026-12-02, the same profile built afresh on a bare machine during a cold `make reports` (tests beside it part
+  of the time): student 0.16 [0.10, 0.26]; teacher-large 0.30 (+0.14 [+0.03, +0.24]), medium 0.28 (+0.11 [+0.01,
+  +0.24]), explorer 0.21 (+0.05 [-0.02, +0.12], not above); trained in 1,120 s, evaluated in 842 s. Another draw
+  of the spread above; 002a-004's committed reports come from this build.
   Task supply: with one function per module a task is one bug site, and the train split has 412 sites (~7% of
   them equivalent mutants), so n_train cannot exceed ~380 (tasks.generate now refuses such a request at once).
 
