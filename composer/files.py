@@ -9,6 +9,7 @@ half-written one, and a new inode means a write never goes through a hard link s
 """
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -45,20 +46,29 @@ def publish(target: Path, build) -> Path:
     """Return target, first running build(tmp) in a sibling temp dir and renaming it into place if absent.
 
     The rename is atomic, so a crash mid-build leaves only a stray .tmp dir, never a target that looks
-    complete. If another process published the same target while we built, rename fails and theirs wins.
+    complete. One build per target at a time: a second caller (two notebooks, two test workers needing the same
+    model) waits on the builder's lock, a sibling .<name>.lock that the kernel releases however the builder exits,
+    and then finds the target built. The builder removes the lock file when it is done; should two callers still
+    build at once (one arriving just as a failed build let go), rename fails for the second and the first one wins.
     """
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp's 0700 would make a shared cache unreadable to other users
-    try:
-        build(tmp)
+    lock_path = target.parent / f".{target.name}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():  # built by the caller we waited for
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        tmp.chmod(0o755)  # mkdtemp's 0700 would make a shared cache unreadable to other users
         try:
-            os.replace(tmp, target)
-        except OSError:
-            if not target.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            build(tmp)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not target.exists():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            lock_path.unlink(missing_ok=True)
     return target

@@ -5,6 +5,8 @@
 
 import os
 import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -22,13 +24,30 @@ def test_publish_never_leaves_half_a_directory(tmp_path):
         files.publish(target, crash)
     assert list(tmp_path.iterdir()) == []
 
-    def lose_race(tmp):
+    def lose_race(tmp):  # a builder that does not take the lock publishes first
         (tmp / "mine").write_text("x")
-        files.publish(target, lambda other: (other / "theirs").write_text("y"))  # a concurrent builder wins
+        target.mkdir()
+        (target / "theirs").write_text("y")
 
     assert files.publish(target, lose_race) == target
     assert [p.name for p in target.iterdir()] == ["theirs"]
     assert list(tmp_path.iterdir()) == [target]
+
+
+def test_publish_builds_a_target_once_while_others_wait(tmp_path):
+    """Three callers at once (threads: each opens the lock file itself, as a process would): one builds, the
+    others wait for it and get its target."""
+    target, builds = tmp_path / "model", []
+
+    def build(tmp):
+        builds.append(tmp)
+        time.sleep(0.3)  # long enough that the other callers arrive while it builds
+        (tmp / "weights").write_text("w")
+
+    with ThreadPoolExecutor(3) as pool:
+        paths = list(pool.map(lambda _: files.publish(target, build), range(3)))
+    assert paths == [target] * 3 and len(builds) == 1 and (target / "weights").read_text() == "w"
+    assert list(tmp_path.iterdir()) == [target]  # no lock file left behind
 
 
 def test_write_atomic_replaces_the_inode_and_leaves_nothing_on_failure(tmp_path):
