@@ -1,13 +1,14 @@
 """composer.plan: the memory and GPU-hour arithmetic on hand-computed inputs, bad setups, and the live YAML headers
 carrying exactly what it computes (so the tables are never hand-typed)."""
 
+import shlex
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from composer import plan
+from composer import collect, plan
 from composer.paths import ROOT
 
 # 1e9 parameters, 2 layers, hidden 10, vocabulary 100, KV 8 bytes per token, 1,000 generated tokens/s
@@ -77,8 +78,9 @@ def test_an_8b_full_fine_tune_with_colocated_vllm_does_not_fit_one_gpu():
 
 
 def test_the_004_rows_are_the_live_configuration():
-    """The plan's micro-batch of one rollout and its DPO pairs per micro-batch are what the live YAML sets, and at
-    those settings only vLLM on a GPU of its own fits."""
+    """The plan's micro-batch of one rollout and its DPO pairs per micro-batch are what the live YAML sets; at those
+    settings only vLLM on a GPU of its own fits, and the YAML runs that one: vLLM's server mode, the launcher on the
+    other GPUs, a step's rollouts split evenly over its processes."""
     values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
     assert values["trainer_config"]["per_device_train_batch_size"] == 1
     sizes = {a.get("trace_replay_batch_size") for a in values["arms"].values() if a.get("trace_replay_weight")}
@@ -87,6 +89,14 @@ def test_the_004_rows_are_the_live_configuration():
                                                   seq_tokens=values["max_completion_length"])["fits"]
             for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]}
     assert fits == {("colocate", 1): False, ("server", 1): True, ("server", 2): False}
+    [fitting] = [s for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"] if (s.vllm, s.dpo_pairs) == ("server", 1)]
+    assert values["trainer_config"]["vllm_mode"] == fitting.vllm
+    launcher = shlex.split(values["launcher"])
+    processes = int(launcher[launcher.index("--num_processes") + 1])
+    devices = next(a for a in launcher if a.startswith("CUDA_VISIBLE_DEVICES=")).split("=")[1].split(",")
+    assert processes == len(devices) == fitting.training_gpus
+    rollouts = values["prompts_per_step"] * values["generations"]
+    assert collect.split_rollouts(rollouts, processes, 1) == (1, rollouts // processes)  # raises if it does not split
 
 
 def test_the_live_headers_carry_the_computed_tables():
