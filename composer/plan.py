@@ -16,11 +16,12 @@ An ESTIMATE, never a measurement: every number comes from the assumptions below 
   (2 bytes x hidden), one layer recomputed (34 bytes x hidden, Korthikanti et al. 2022). The logits are never
   whole: TRL's fused LM head scores the tokens in tiles of 4,096 tokens x 32,768 vocabulary entries (HEAD_TILE_BYTES,
   counted in fp32);
-- the trace-replay channel (dpo_pairs per micro-batch, its trace_replay_batch_size): under gradient checkpointing a
+- the trace-replay channel (dpo_pairs per micro-batch: the trainer shares trace_replay_batch_size pairs per step and
+  process out over the step's micro-batches; the live 004 YAML gives each micro-batch one): under gradient checkpointing a
   pair cannot run on its prompt's cache (composer.trainer.pair_logps), so each pair is two whole sequences, chosen
   and rejected, counted as seq_tokens each (a pair's prompt is a step of a student trace), alive in the same graph
   as the rollout's until the one backward, plus the full logits (6 bytes x vocabulary) of their completions, one
-  agent action of ACTION_TOKENS each; the DPO forward and backward run on every micro-batch, so at micro-batch 1
+  agent action of ACTION_TOKENS each; the rows assume every micro-batch carries its dpo_pairs, so at micro-batch 1
   they add 2 x dpo_pairs sequences of training compute per rollout;
 - vLLM: colocate reserves its memory fraction of every training GPU (the bf16 weights, unsharded at tensor
   parallel 1, and the KV cache in the rest); server mode puts vLLM on GPUs of its own (VLLM_SERVER_GPUS of them)
@@ -82,7 +83,7 @@ class Setup:
     vllm_fraction: float  # colocate: vllm_gpu_memory_utilization
     gpus: int  # GPUs the run holds (server mode: VLLM_SERVER_GPUS of them serve, the rest train)
     hint_teacher: bool = False  # ComposerTrainer's frozen hint teacher (a forward per step)
-    dpo_pairs: int = 0  # the trace-replay channel's pairs per micro-batch (trace_replay_batch_size; 0: channel off)
+    dpo_pairs: int = 0  # the trace-replay channel's pairs per micro-batch (0: channel off)
 
     def __post_init__(self):
         if self.mode not in ("full", "lora"):
@@ -139,7 +140,7 @@ def gpu_hours(model: Model, setup: Setup, *, steps: int, rollouts_per_step: int,
 SETUPS = {
     "002a-trace-collection-trl": [Setup("full", "colocate", 0.4, 1), Setup("lora", "colocate", 0.4, 1),
                                   Setup("full", "colocate", 0.4, 8)],
-    # arm B (the trace-replay channel; A is the same without it), at the YAML's trace_replay_batch_size
+    # arm B (the trace-replay channel; A is the same without it), at the YAML's pairs per micro-batch
     "004-ab-train-grpo-vs-trace-replay-dpo": [Setup("lora", "colocate", 0.4, 1, dpo_pairs=1),
                                               Setup("full", "colocate", 0.4, 8, dpo_pairs=1),
                                               Setup("full", "server", 0, 8, dpo_pairs=1),

@@ -15,8 +15,10 @@ total loss = GRPO loss + hint_distill_weight * hint term + trace_replay_weight *
   model copy is needed for this channel.
 
 With both weights 0 the trainer is exactly GRPOTrainer: same loss, same gradients, no extra
-forward pass. Both extra terms are scaled for gradient accumulation the way TRL scales its own
-"grpo" loss (per-sequence mean, batch mean, divided by the accumulation steps).
+forward pass. Both extra terms are invariant to gradient accumulation: the hint term is scaled the way TRL
+scales its own "grpo" loss (per-sequence mean, batch mean, divided by the accumulation steps), and the DPO term
+trains trace_replay_batch_size pairs per optimizer step and process however the step is split into micro-batches
+(shared out over them as evenly as they go: at 1 pair and 16 micro-batches, one micro-batch carries it).
 """
 
 import json
@@ -63,7 +65,9 @@ class ComposerConfig(GRPOConfig):
     )
     trace_replay_weight: float = field(default=0.0, metadata={"help": "Weight of the trace-replay DPO term."})
     trace_replay_beta: float = field(default=0.1, metadata={"help": "DPO beta."})
-    trace_replay_batch_size: int = field(default=2, metadata={"help": "Pairs per micro-batch and process."})
+    trace_replay_batch_size: int = field(
+        default=2, metadata={"help": "Pairs per optimizer step and process, shared out over its micro-batches."}
+    )
 
     def __post_init__(self):
         check_channels(self)
@@ -266,6 +270,7 @@ class ComposerTrainer(GRPOTrainer):
             generator = torch.Generator().manual_seed(args.seed)
             self._pair_order = torch.randperm(len(pairs_dataset), generator=generator).tolist()
             self._pair_cursor = 0
+            self._micro_batch = 0  # this micro-batch's place in the optimizer step's accumulation
 
     # ---- teacher weights for the hint channel
 
@@ -342,9 +347,8 @@ class ComposerTrainer(GRPOTrainer):
             hint = self._hint_loss(model, inputs)
             self._log_mean(mode, "hint_distill_loss", hint.detach())
             loss = loss + self.args.hint_distill_weight * hint / scale
-        if use_dpo:
-            dpo = self._trace_replay_loss(model, mode)
-            loss = loss + self.args.trace_replay_weight * dpo / scale
+        if use_dpo and (pairs := self._next_pairs()):
+            loss = loss + self.args.trace_replay_weight * self._trace_replay_loss(model, mode, pairs)
         return loss
 
     # ---- the hint channel
@@ -427,15 +431,21 @@ class ComposerTrainer(GRPOTrainer):
 
     # ---- the trace-replay channel
 
-    def _next_pairs(self) -> list[dict]:
-        """The next pairs of a seeded permutation; each process takes its own slice."""
+    def _next_pairs(self) -> list[int]:
+        """This micro-batch's share of the optimizer step's trace_replay_batch_size pairs (micro-batch i of n takes
+        floor((i+1)size/n) - floor(i size/n): none on some when there are fewer pairs than micro-batches), the next
+        ones of a seeded permutation, each process its own slice."""
         size, world = self.args.trace_replay_batch_size, self.accelerator.num_processes
-        start = self._pair_cursor + self.accelerator.process_index * size
-        self._pair_cursor += size * world
-        return [self._pair_order[(start + k) % len(self._pair_order)] for k in range(size)]
+        i, n = self._micro_batch, self.current_gradient_accumulation_steps
+        self._micro_batch = (i + 1) % n
+        count = (i + 1) * size // n - i * size // n
+        start = self._pair_cursor + self.accelerator.process_index * count
+        self._pair_cursor += count * world
+        return [self._pair_order[(start + k) % len(self._pair_order)] for k in range(count)]
 
-    def _trace_replay_loss(self, model, mode) -> torch.Tensor:
-        index = self._next_pairs()
+    def _trace_replay_loss(self, model, mode, index: list[int]) -> torch.Tensor:
+        """The DPO loss of these pairs as their share of the step's mean over its trace_replay_batch_size pairs:
+        summed over the step's micro-batches, the mean a single batch of them would give."""
         policy_chosen, policy_rejected = pair_logps(model, [self._encoded_pairs[i] for i in index],
                                                     self._tokenizer.pad_token_id)
         rows = self._pairs.select(index)
@@ -448,7 +458,7 @@ class ComposerTrainer(GRPOTrainer):
         self._log_mean(mode, "trace_replay_loss", losses.detach().mean())
         self._log_mean(mode, "trace_replay/reward_accuracy", (chosen_rewards > rejected_rewards).float().mean())
         self._log_mean(mode, "trace_replay/margin", (chosen_rewards - rejected_rewards).mean())
-        return losses.mean()
+        return losses.sum() / self.args.trace_replay_batch_size
 
     def _log_mean(self, mode, name, value: torch.Tensor):
         self._metrics[mode][name].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())

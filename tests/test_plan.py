@@ -83,8 +83,6 @@ def test_the_004_rows_are_the_live_configuration():
     other GPUs, a step's rollouts split evenly over its processes."""
     values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
     assert values["trainer_config"]["per_device_train_batch_size"] == 1
-    sizes = {a.get("trace_replay_batch_size") for a in values["arms"].values() if a.get("trace_replay_weight")}
-    assert sizes == {plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"][0].dpo_pairs}
     fits = {(s.vllm, s.dpo_pairs): plan.memory_gb(plan.MODELS[values["student"]], s,
                                                   seq_tokens=values["max_completion_length"])["fits"]
             for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]}
@@ -96,7 +94,11 @@ def test_the_004_rows_are_the_live_configuration():
     devices = next(a for a in launcher if a.startswith("CUDA_VISIBLE_DEVICES=")).split("=")[1].split(",")
     assert processes == len(devices) == fitting.training_gpus
     rollouts = values["prompts_per_step"] * values["generations"]
-    assert collect.split_rollouts(rollouts, processes, 1) == (1, rollouts // processes)  # raises if it does not split
+    micro_batches = collect.split_rollouts(rollouts, processes, 1)[1]  # raises if the rollouts do not split
+    assert micro_batches == rollouts // processes
+    # the trainer shares a step's pairs (per process) out over its micro-batches: each carries the row's dpo_pairs
+    sizes = {a.get("trace_replay_batch_size") for a in values["arms"].values() if a.get("trace_replay_weight")}
+    assert sizes == {fitting.dpo_pairs * micro_batches}
 
 
 def test_the_live_headers_carry_the_computed_tables():

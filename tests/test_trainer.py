@@ -160,15 +160,17 @@ def test_channels_change_the_loss(model_path, tokenizer, train_dataset, pairs, t
 # ---------------------------------------------------------------- gradient accumulation
 
 
-@pytest.mark.parametrize("mode,extra", [("sampled_token", {}), ("topk", {"hint_distill_topk": 5,
-                                                                        "hint_distill_divergence": 0.5})])
-def test_gradient_accumulation_invariance(model_path, tokenizer, train_dataset, pairs, tmp_path, mode, extra):
-    """One micro-batch of 8 rollouts and 2 pairs == two accumulated micro-batches of 4 rollouts and 1 pair."""
-    config = dict(hint_distill_mode=mode, **CHANNELS, **extra)
+@pytest.mark.parametrize("mode,extra,size", [
+    ("sampled_token", {}, 2), ("topk", {"hint_distill_topk": 5, "hint_distill_divergence": 0.5}, 2),
+    ("sampled_token", {}, 1)])
+def test_gradient_accumulation_invariance(model_path, tokenizer, train_dataset, pairs, tmp_path, mode, extra, size):
+    """One micro-batch of 8 rollouts == two accumulated micro-batches of 4, with the same trace_replay_batch_size:
+    the step's pairs are shared out over its micro-batches (at 1 pair, only the second one carries it)."""
+    config = dict(hint_distill_mode=mode, trace_replay_batch_size=size, **CHANNELS, **extra)
     whole = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path / "a", pairs=pairs,
-                 per_device_train_batch_size=8, trace_replay_batch_size=2, **config)
+                 per_device_train_batch_size=8, **config)
     split = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path / "b", pairs=pairs,
-                 per_device_train_batch_size=4, gradient_accumulation_steps=2, trace_replay_batch_size=1, **config)
+                 per_device_train_batch_size=4, gradient_accumulation_steps=2, **config)
     split.current_gradient_accumulation_steps = 2
     # One prompt for all rows: TRL scores left-padded prompts without position ids, so mixing prompt
     # lengths would make a row's log-probs depend on its micro-batch, which is not what is tested here.
@@ -182,6 +184,19 @@ def test_gradient_accumulation_invariance(model_path, tokenizer, train_dataset, 
     assert expected
     for name, param in split.model.named_parameters():
         torch.testing.assert_close(param.grad, expected[name], atol=1e-6, rtol=1e-4, msg=name)
+    assert split._pair_cursor == whole._pair_cursor == size  # the step's pairs, however it was split
+
+
+def test_a_steps_pairs_do_not_grow_with_its_micro_batches(model_path, tokenizer, train_dataset, pairs, tmp_path):
+    """4 pairs per step over 16 accumulated micro-batches (the live profile's micro-batch of one rollout): one pair
+    on every fourth micro-batch, 4 a step, and the next step goes on from where this one stopped."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, pairs=pairs, **CHANNELS,
+                   trace_replay_batch_size=4)
+    trainer.current_gradient_accumulation_steps = 16
+    steps = [[trainer._next_pairs() for _ in range(16)] for _ in range(2)]
+    assert [len(share) for share in steps[0]] == [0, 0, 0, 1] * 4
+    taken = [i for step in steps for share in step for i in share]
+    assert taken == [trainer._pair_order[k % len(pairs)] for k in range(8)] and trainer._pair_cursor == 8
 
 
 # ---------------------------------------------------------------- a short run with every channel
