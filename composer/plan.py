@@ -17,12 +17,12 @@ An ESTIMATE, never a measurement: every number comes from the assumptions below 
   whole: TRL's fused LM head scores the tokens in tiles of 4,096 tokens x 32,768 vocabulary entries (HEAD_TILE_BYTES,
   counted in fp32);
 - the trace-replay channel (dpo_pairs per micro-batch: the trainer shares trace_replay_batch_size pairs per step and
-  process out over the step's micro-batches; the live 004 YAML gives each micro-batch one): under gradient checkpointing a
-  pair cannot run on its prompt's cache (composer.trainer.pair_logps), so each pair is two whole sequences, chosen
-  and rejected, counted as seq_tokens each (a pair's prompt is a step of a student trace), alive in the same graph
-  as the rollout's until the one backward, plus the full logits (6 bytes x vocabulary) of their completions, one
-  agent action of ACTION_TOKENS each; the rows assume every micro-batch carries its dpo_pairs, so at micro-batch 1
-  they add 2 x dpo_pairs sequences of training compute per rollout;
+  process out over the step's micro-batches; the live 004 YAML gives each micro-batch one): under gradient
+  checkpointing a pair cannot run on its prompt's cache (composer.trainer.completion_token_logps), so each pair is
+  two whole sequences, chosen and rejected, counted as seq_tokens each (a pair's prompt is a step of a student
+  trace), alive in the same graph as the rollout's until the one backward, plus the full logits (6 bytes x
+  vocabulary) of their completions, one agent action of ACTION_TOKENS each; the rows assume every micro-batch
+  carries its dpo_pairs, so at micro-batch 1 they add 2 x dpo_pairs sequences of training compute per rollout;
 - vLLM: colocate reserves its memory fraction of every training GPU (the bf16 weights, unsharded at tensor
   parallel 1, and the KV cache in the rest); server mode puts vLLM on GPUs of its own (VLLM_SERVER_GPUS of them)
   and reserves nothing on the training GPUs;

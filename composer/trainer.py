@@ -32,7 +32,8 @@ from transformers import DynamicCache, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.callbacks import SyncRefModelCallback
 from trl.models import prepare_deepspeed, prepare_fsdp
-from trl.trainer.utils import add_fused_lm_head, create_model_from_path, get_config_model_id, pad
+from trl.trainer.utils import (add_fused_lm_head, create_model_from_path, get_config_model_id, pad,
+                              selective_log_softmax)
 
 from composer.losses import dpo_loss, hint_distill_per_token
 
@@ -152,13 +153,12 @@ def _collate(prompts: list[list[int]], completions: list[list[int]], pad_id: int
     """GRPO's layout: prompts padded on the left, completions on the right."""
     prompt = [torch.tensor(p) for p in prompts]
     completion = [torch.tensor(c) for c in completions]
-    ids = torch.cat([pad(prompt, pad_id, "left"), pad(completion, pad_id, "right")], dim=1)
-    mask = torch.cat(
-        [pad([torch.ones_like(p) for p in prompt], 0, "left"), pad([torch.ones_like(c) for c in completion], 0, "right")],
-        dim=1,
-    )
-    completion_mask = pad([torch.ones_like(c) for c in completion], 0, "right")
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "completion_mask": completion_mask.to(device)}
+    return {
+        "prompt_ids": pad(prompt, pad_id, "left").to(device),
+        "prompt_mask": pad([torch.ones_like(p) for p in prompt], 0, "left").to(device),
+        "completion_ids": pad(completion, pad_id, "right").to(device),
+        "completion_mask": pad([torch.ones_like(c) for c in completion], 0, "right").to(device),
+    }
 
 
 def completion_logits(model, input_ids, attention_mask, logits_to_keep: int, temperature: float = 1.0):
@@ -171,48 +171,70 @@ def completion_logits(model, input_ids, attention_mask, logits_to_keep: int, tem
     return logits[:, :-1, :] / temperature
 
 
-def pair_logps(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequence log-probs of chosen and rejected under `model`. Each prompt is encoded once and both completions
-    run on its KV cache (a pair's prompt is most of its tokens: ~3,500 against ~30 in 003's pairs); where the model
-    keeps no cache (gradient checkpointing turns it off), one forward over both whole sequences instead. The two
-    agree to float rounding, values and gradients (tests/test_trainer.py)."""
+def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, fused: bool = False):
+    """Log-probs (rows x completion length, 0 at padding) of each row's completion tokens after its prompt, in
+    GRPO's layout (prompts padded on the left, completions on the right).
+
+    Rows that share a prompt share one encoding of it: each distinct prompt runs once into a KV cache, the cache is
+    copied out to its rows, and the completions run on it. A GRPO group's rollouts share their prompt, and so do a
+    pair's chosen and rejected; prompts are most of the tokens (003's pairs: ~3,500 against ~30). The cache holds
+    all but a prompt's last token, which runs again with the completion, so every completion token is scored in
+    one call. `fused`: through the model's fused log-prob head (trl's add_fused_lm_head, at the temperature it was
+    added with: the hint teacher's sampling temperature), which never builds the logits; otherwise from logits at
+    temperature 1 (the DPO channel's, as its reference log-probs). Where the model keeps no cache (gradient
+    checkpointing turns it off), one forward over whole rows. The two agree to float rounding, values and
+    gradients (tests/test_trainer.py)."""
     unwrapped = getattr(model, "module", model)  # DDP's wrapper holds the model as .module
     if getattr(unwrapped, "is_gradient_checkpointing", False):
-        return _pair_logps_unshared(model, encoded, pad_id)
-    device = next(model.parameters()).device
-    prompts = [torch.tensor(e["prompt"]) for e in encoded]
-    prompt_ids = pad(prompts, pad_id, "left").to(device)
-    prompt_mask = pad([torch.ones_like(x) for x in prompts], 0, "left").to(device)
-    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=unwrapped.config)
-    last = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, past_key_values=cache,
-                 use_cache=True, logits_to_keep=1).logits[:, -1]  # predicts each completion's first token
-    cache.batch_repeat_interleave(2)  # rows: chosen 0, rejected 0, chosen 1, ...
-    completions = [torch.tensor(c) for e in encoded for c in (e["chosen"], e["rejected"])]
-    ids = pad(completions, pad_id, "right").to(device)
-    mask = pad([torch.ones_like(x) for x in completions], 0, "right").to(device)
-    logits = model(input_ids=ids, attention_mask=torch.cat([prompt_mask.repeat_interleave(2, 0), mask], dim=1),
-                   position_ids=positions[:, -1:].repeat_interleave(2, 0) + mask.cumsum(-1), past_key_values=cache,
-                   use_cache=True).logits
-    logits = torch.cat([last.repeat_interleave(2, 0)[:, None], logits[:, :-1]], dim=1)
-    token_logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-    seq = (token_logps * mask).sum(-1)
+        return _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, fused)
+    _, inverse = torch.unique(prompt_ids.masked_fill(prompt_mask == 0, -1), dim=0, return_inverse=True)
+    rows = torch.arange(len(inverse), device=inverse.device)
+    first = rows.new_full((int(inverse.max()) + 1,), len(inverse)).scatter_reduce(0, inverse, rows, "amin")
+    ids, mask = prompt_ids[first], prompt_mask[first]
+    columns = mask.bool().any(0)  # padding in every distinct prompt
+    ids, mask = ids[:, columns], mask[:, columns]
+    full_mask = torch.cat([mask[inverse], completion_mask], dim=1)
+    positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+    tail = torch.cat([ids[inverse, -1:], completion_ids], dim=1)
+    cache = None
+    if ids.size(1) > 1:
+        cache = DynamicCache(config=unwrapped.config)
+        model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[first, : ids.size(1) - 1],
+              past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(inverse)
+    inputs = dict(input_ids=tail, attention_mask=full_mask, position_ids=positions[:, -tail.size(1):],
+                  past_key_values=cache)
+    if fused:
+        # the head scores position t against label t + 1: the first column (the prompt's last token) only predicts
+        labels = torch.cat([tail[:, :1], completion_ids.masked_fill(completion_mask == 0, -100)], dim=1)
+        return model(**inputs, labels=labels, fused_lm_head=True).log_probs
+    logits = model(**inputs, use_cache=cache is not None).logits[:, :-1]
+    return selective_log_softmax(logits.float(), completion_ids) * completion_mask
+
+
+def _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, fused: bool):
+    """completion_token_logps with every row's prompt encoded in full: one forward over whole rows."""
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    keep = completion_ids.size(1)
+    if fused:
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, labels=labels,
+                     fused_lm_head=True).log_probs[:, -keep:]
+    logits = completion_logits(model, ids, mask, keep)
+    return selective_log_softmax(logits.float(), completion_ids) * completion_mask
+
+
+def pair_logps(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence log-probs of chosen and rejected under `model` (rows: chosen 0, rejected 0, chosen 1, ...: a pair's
+    two completions on one encoding of its prompt, see completion_token_logps)."""
+    prompts = [e["prompt"] for e in encoded for _ in range(2)]
+    completions = [c for e in encoded for c in (e["chosen"], e["rejected"])]
+    batch = _collate(prompts, completions, pad_id, next(model.parameters()).device)
+    seq = completion_token_logps(model, **batch).sum(-1)
     return seq[0::2], seq[1::2]
-
-
-def _pair_logps_unshared(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """pair_logps with each prompt encoded twice, chosen and rejected as whole sequences in one forward."""
-    prompts = [e["prompt"] for e in encoded] * 2
-    completions = [e["chosen"] for e in encoded] + [e["rejected"] for e in encoded]
-    device = next(model.parameters()).device
-    batch = _collate(prompts, completions, pad_id, device)
-    keep = batch["completion_mask"].size(1)
-    logits = completion_logits(model, batch["input_ids"], batch["attention_mask"], keep)
-    token_logps = torch.log_softmax(logits.float(), dim=-1)
-    targets = batch["input_ids"][:, -keep:]
-    token_logps = token_logps.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    seq = (token_logps * batch["completion_mask"]).sum(-1)
-    return seq[: len(encoded)], seq[len(encoded) :]
 
 
 @torch.no_grad()
@@ -360,12 +382,15 @@ class ComposerTrainer(GRPOTrainer):
         return self.args.hint_teacher == "frozen" and self.args.hint_distill_mode == "sampled_token"
 
     def _hint_teacher_logps(self, model, inputs, batch_size=None) -> torch.Tensor:
-        """The teacher's log-probs of the sampled completion tokens, in its hinted context."""
-        ids = torch.cat([inputs["hint_prompt_ids"], inputs["completion_ids"]], dim=1)
-        mask = torch.cat([inputs["hint_prompt_mask"], inputs["completion_mask"]], dim=1)
-        with torch.no_grad(), self._teacher(model) as teacher:
-            return self._get_per_token_logps_and_entropies(teacher, ids, mask, inputs["completion_ids"].size(1),
-                                                           batch_size)[0]
+        """The teacher's log-probs of the sampled completion tokens, in its hinted context. Scored in chunks of
+        batch_size rows, as TRL scores its own (they bound the memory peak); the rows of a chunk that share a hinted
+        prompt (a GRPO group's) share its encoding, so a chunk of one row (micro-batch 1) shares nothing."""
+        keys = ("hint_prompt_ids", "hint_prompt_mask", "completion_ids", "completion_mask")
+        rows = inputs["completion_ids"].size(0)
+        size = batch_size or rows
+        with torch.no_grad(), self._teacher(model) as teacher, self.accelerator.autocast():
+            return torch.cat([completion_token_logps(teacher, *(inputs[k][i : i + size] for k in keys), fused=True)
+                              for i in range(0, rows, size)])
 
     def _hint_inputs(self, inputs, output) -> dict:
         """Tokenized teacher contexts (prompt + hint), B-first so GRPO's buffer splits them with the batch."""

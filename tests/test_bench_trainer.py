@@ -69,11 +69,24 @@ def test_no_memory_leaves_memory_fields_empty(result):
 
 
 def test_forward_passes_per_arm(result):
-    """Where the extra time goes: 0/0 adds no forward; hint adds a teacher forward; DPO two student ones (the pairs'
-    prompts once, then chosen and rejected on their cache)."""
-    expected = {"grpo": (1, 0), "composer_00": (1, 0), "hint": (1, 1), "dpo": (3, 0), "all": (3, 1)}
+    """Where the extra time goes: 0/0 adds no forward; hint adds two teacher forwards and DPO two student ones (each:
+    the distinct prompts once, then the completions on their cache)."""
+    expected = {"grpo": (1, 0), "composer_00": (1, 0), "hint": (1, 2), "dpo": (3, 0), "all": (3, 2)}
     got = {arm: (f["student_forwards"], f["teacher_forwards"]) for arm, f in result["arms"].items()}
     assert got == expected
+
+
+def test_work_floor_prices_each_token_at_grpos_cost(result):
+    """The floor: the arm's student tokens plus a third of its teacher tokens, over GRPO's student tokens."""
+    arms = result["arms"]
+    grpo = arms["grpo"]["student_tokens"]
+    assert grpo == arms["composer_00"]["student_tokens"] > 0 and arms["grpo"]["teacher_tokens"] == 0
+    assert arms["hint"]["student_tokens"] == grpo and arms["hint"]["teacher_tokens"] > 0
+    assert arms["dpo"]["student_tokens"] > grpo and arms["dpo"]["teacher_tokens"] == 0
+    for arm in ("hint", "dpo", "all"):
+        expected = (arms[arm]["student_tokens"] + arms[arm]["teacher_tokens"] / 3) / grpo
+        assert result["work_floor_time"][arm] == pytest.approx(expected)
+    assert result["work_floor_time"]["all"] > result["work_floor_time"]["dpo"] > 1
 
 
 def test_cli_prints_json_last():

@@ -9,7 +9,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
 from composer.models import load_model, load_tokenizer, tiny_model
-from composer.trainer import ComposerConfig, ComposerTrainer, add_reference_logps
+from composer.trainer import ComposerConfig, ComposerTrainer, add_reference_logps, completion_logits
 from composer.trainer_checks import build_trainer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -219,39 +219,111 @@ def test_five_steps_lower_the_loss_and_move_every_parameter(model_path, tokenize
     assert unchanged == []
 
 
-def test_pair_logps_encode_each_prompt_once_and_agree_with_whole_sequences(model_path, tokenizer, pairs):
-    """The DPO channel's forward: prompts once (B rows), then both completions on their cache (2B rows), equal in
-    values and gradients to the whole-sequence forward; with gradient checkpointing (no cache) the latter runs."""
-    from composer.trainer import _pair_logps_unshared, encode_pairs, pair_logps
+def rows_with_shared_prompts(tokenizer, model):
+    """6 rows over 2 distinct prompts of different lengths (so padding), completions of different lengths."""
+    from composer.trainer import _collate, encode_pairs
+
+    encoded = encode_pairs(tokenizer, [{"prompt": PROMPTS[0], "chosen": "return a + b", "rejected": "x"},
+                                       {"prompt": PROMPTS[1], "chosen": "pytest -x tests", "rejected": "give up"}])
+    prompts = [encoded[i]["prompt"] for i in (0, 1, 0, 0, 1, 1)]
+    completions = [encoded[0]["chosen"], encoded[1]["chosen"], encoded[0]["rejected"], encoded[1]["rejected"],
+                   encoded[0]["chosen"][:2], encoded[1]["rejected"][:1]]
+    return _collate(prompts, completions, tokenizer.pad_token_id, next(model.parameters()).device)
+
+
+def test_completion_logps_encode_each_distinct_prompt_once(model_path, tokenizer):
+    """Distinct prompts once (all but their last token, into a cache), then every row's completion on its prompt's
+    cache: equal in values and gradients to the whole-row forward; fused head and logits agree at temperature 1,
+    the fused head applies its own temperature; with gradient checkpointing (no cache) whole rows run."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from composer.trainer import _whole_rows_logps, completion_token_logps
 
     model = load_model(model_path)
     model.train()
-    encoded = encode_pairs(tokenizer, pairs)
-    assert len({len(e["prompt"]) for e in encoded}) > 1 and len({len(e["chosen"]) for e in encoded}) > 1  # padding
+    batch = rows_with_shared_prompts(tokenizer, model)
+    prompt, completion = batch["prompt_ids"].size(1), batch["completion_ids"].size(1)
+    assert batch["prompt_mask"].sum(-1).unique().numel() == 2 and batch["completion_mask"].sum(-1).unique().numel() > 2
     shapes = []
     hook = model.register_forward_pre_hook(lambda _, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
                                            with_kwargs=True)
     params = [p for p in model.parameters() if p.requires_grad]
 
-    def values_and_grads(fn):
-        chosen, rejected = fn(model, encoded, tokenizer.pad_token_id)
-        loss = (chosen - 2 * rejected).sum()  # both halves weigh in, differently
-        return torch.cat([chosen, rejected]).detach(), torch.autograd.grad(loss, params)
+    def values_and_grads(fn, **kwargs):
+        logps = fn(model, **batch, **kwargs)
+        weights = torch.arange(1.0, 1 + logps.numel()).view_as(logps)  # every token weighs in, differently
+        return logps.detach(), torch.autograd.grad((logps * weights).sum(), params)
 
-    shared = values_and_grads(pair_logps)
-    prompt, completion = max(len(e["prompt"]) for e in encoded), max(len(c) for e in encoded
-                                                                       for c in (e["chosen"], e["rejected"]))
-    assert shapes == [(4, prompt), (8, completion)]
+    def same_grads(a, b):  # to float rounding: relative to the largest gradient entry (~200 here)
+        return max((x - y).abs().max() / y.abs().max() for x, y in zip(a, b)) < 1e-5
+
+    shared = values_and_grads(completion_token_logps)
+    assert shapes == [(2, prompt - 1), (6, completion + 1)]
     shapes.clear()
-    whole = values_and_grads(_pair_logps_unshared)
-    assert shapes == [(8, prompt + completion)]
-    assert torch.allclose(shared[0], whole[0], atol=1e-5) and shared[0].abs().min() > 0
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(shared[1], whole[1]))
+    whole = values_and_grads(lambda m, **b: _whole_rows_logps(m, **b, fused=False))
+    assert shapes == [(6, prompt + completion)]
+    assert ((shared[0] != 0) == batch["completion_mask"].bool()).all()  # 0 exactly at padding
+    torch.testing.assert_close(shared[0], whole[0], atol=1e-5, rtol=0)
+    assert same_grads(shared[1], whole[1])
+    add_fused_lm_head(model, temperature=1.0)
+    fused = values_and_grads(completion_token_logps, fused=True)
+    torch.testing.assert_close(fused[0], whole[0], atol=1e-5, rtol=0)
+    assert same_grads(fused[1], whole[1])
+    cooled = load_model(model_path)
+    add_fused_lm_head(cooled, temperature=0.7)
+    with torch.no_grad():
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        logits = completion_logits(cooled, ids, mask, completion, temperature=0.7)
+        expected = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None])[..., 0]
+        torch.testing.assert_close(completion_token_logps(cooled, **batch, fused=True),
+                                   expected * batch["completion_mask"], atol=1e-5, rtol=0)
     model.gradient_checkpointing_enable()
     shapes.clear()
-    checkpointed = values_and_grads(pair_logps)
+    checkpointed = values_and_grads(completion_token_logps)
     hook.remove()
-    assert shapes == [(8, prompt + completion)] and torch.allclose(checkpointed[0], whole[0], atol=1e-5)
+    assert shapes == [(6, prompt + completion)]
+    torch.testing.assert_close(checkpointed[0], whole[0], atol=1e-5, rtol=0)
+
+
+def test_pair_logps_sum_each_completion_on_its_prompt(model_path, tokenizer, pairs):
+    """A pair's chosen and rejected sequence log-probs: its rows' token log-probs, summed."""
+    from composer.trainer import _collate, encode_pairs, pair_logps
+
+    model = load_model(model_path)
+    encoded = encode_pairs(tokenizer, pairs)
+    with torch.no_grad():
+        chosen, rejected = pair_logps(model, encoded, tokenizer.pad_token_id)
+        for e, c, r in zip(encoded, chosen, rejected):
+            batch = _collate([e["prompt"]] * 2, [e["chosen"], e["rejected"]], tokenizer.pad_token_id, "cpu")
+            ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+            mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+            logits = completion_logits(model, ids, mask, batch["completion_ids"].size(1))
+            token = torch.log_softmax(logits, -1).gather(-1, batch["completion_ids"][..., None])[..., 0]
+            expected = (token * batch["completion_mask"]).sum(-1)
+            torch.testing.assert_close(torch.stack([c, r]), expected, atol=1e-5, rtol=0)
+
+
+def test_hint_teacher_encodes_each_hinted_prompt_once(model_path, tokenizer, train_dataset, tmp_path):
+    """A group's rollouts share their hinted prompt: the teacher encodes it once per group, and its log-probs are
+    the ones TRL's own scoring of whole rows gives."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, hint_distill_weight=1.0,
+                   per_device_train_batch_size=8, num_generations=4)
+    inputs = generation_batch(trainer, 8)  # 2 prompts x 4 generations
+    teacher = trainer._hint_teacher
+    tokens = []
+    hook = teacher.get_input_embeddings().register_forward_hook(lambda _, a, out: tokens.append(a[0].numel()))
+    logps = trainer._hint_teacher_logps(trainer.model, inputs)
+    hook.remove()
+    prompt, completion = inputs["hint_prompt_ids"].size(1), inputs["completion_ids"].size(1)
+    assert inputs["hint_prompt_ids"].unique(dim=0).size(0) == 2
+    assert sum(tokens) <= 2 * (prompt - 1) + 8 * (completion + 1) < 8 * (prompt + completion)
+    with torch.no_grad():
+        ids = torch.cat([inputs["hint_prompt_ids"], inputs["completion_ids"]], 1)
+        mask = torch.cat([inputs["hint_prompt_mask"], inputs["completion_mask"]], 1)
+        whole = trainer._get_per_token_logps_and_entropies(teacher, ids, mask, completion)[0]
+    torch.testing.assert_close(logps * inputs["completion_mask"], whole * inputs["completion_mask"], atol=1e-5,
+                               rtol=0)
 
 
 def test_reference_logps_match_the_initial_policy(model_path, tokenizer, train_dataset, pairs, tmp_path):
@@ -285,15 +357,16 @@ def test_hint_variants_run_a_step(model_path, tokenizer, train_dataset, tmp_path
         torch.testing.assert_close(teacher[name], expected)
 
 
-@pytest.mark.parametrize("teacher,forwards", [("frozen", 1), ("ema", 3)])
-def test_frozen_teacher_scores_a_generation_once(model_path, tokenizer, train_dataset, tmp_path, teacher, forwards):
+@pytest.mark.parametrize("teacher,scorings", [("frozen", 1), ("ema", 3)])
+def test_frozen_teacher_scores_a_generation_once(model_path, tokenizer, train_dataset, tmp_path, teacher, scorings):
     """num_iterations 3: one generation, three optimizer steps. A frozen teacher's log-probs cannot change, so it
-    scores the generation once; an EMA teacher moves after every step, so it scores every step."""
+    scores the generation once; an EMA teacher moves after every step, so it scores every step. A scoring is two
+    forwards: the distinct prompts, then the completions on their cache."""
     trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, max_steps=3, num_iterations=3,
                    hint_distill_weight=1.0, hint_teacher=teacher)
     counter = ForwardCounter(trainer._hint_teacher)
     trainer.train()
-    assert counter.n == forwards
+    assert counter.n == 2 * scorings
     assert all(h["hint_distill_loss"] != 0 for h in trainer.state.log_history if "loss" in h)  # the channel ran
 
 
@@ -340,3 +413,10 @@ def test_peft_frozen_teacher_is_the_adapter_free_base(model_path, tokenizer, tra
         reference = load_model(model_path)(input_ids=ids).logits
     torch.testing.assert_close(base, reference)
     assert not torch.allclose(adapted, reference)
+    inputs = generation_batch(trainer, 4)  # the base scores the hinted rows on its prompt's cache, as a copy would
+    ids = torch.cat([inputs["hint_prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["hint_prompt_mask"], inputs["completion_mask"]], 1)
+    with torch.no_grad():
+        whole = completion_logits(load_model(model_path), ids, mask, inputs["completion_ids"].size(1))
+    expected = torch.log_softmax(whole, -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
+    torch.testing.assert_close(inputs["hint_teacher_logps"], expected * inputs["completion_mask"], atol=1e-5, rtol=0)
