@@ -11,7 +11,8 @@
 
     model, tok = load_model(path), load_tokenizer(path)
     messages, reward, info = policies.rollout(model, tok, env, records[0], temperature=0.0)
-    scores = policies.evaluate(path, records, k=1)               # {instance_id: pass@1}
+    results = policies.rollouts(model, tok, envs, [(r, seed) for r in records])  # len(envs) episodes in lockstep
+    scores = policies.evaluate(path, records, k=1)               # {instance_id: pass@1}, 16 episodes in lockstep
 
 Both policies write the same conversation, in the format TRL and the environment use: a system
 message, the task as the user message (problem statement, instructions and file list: what
@@ -33,12 +34,15 @@ import ast
 import json
 import random
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from composer.env.environment import CodingAction, CodingEnv, EnvConfig, gold_edits, tool_schemas
+from composer.kvcache import reserved_cache
 
 SYSTEM = ("You are a coding agent in a Python repository. Fix the reported bug with the tools: "
           "one tool call per turn; submit when the tests pass.")
@@ -214,89 +218,160 @@ def _prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
 
 
 @torch.no_grad()
-def generate_turn(model, tokenizer, ids: list[int], cache: DynamicCache, *, temperature: float,
-                  max_new_tokens: int) -> list[int]:
-    """One assistant turn: new token ids after `ids`, ending at <|im_end|> or the budget.
-
-    `cache` holds the keys/values of an earlier prompt; the shared prefix is kept and only the
-    rest is encoded, so a turn costs its new observation, not the whole conversation again."""
-    keep = 0
-    cached = cache.get_seq_length()
-    prev = getattr(cache, "token_ids", [])
+def prefill(model, ids: list[int], cache: DynamicCache) -> torch.Tensor:
+    """Bring `cache` to the prompt `ids` and return the logits that follow it. The cache keeps the prefix it shares
+    with the prompt it last saw and encodes only the rest, so a turn costs its new messages, not the whole
+    conversation again."""
+    keep, cached, prev = 0, cache.get_seq_length(), getattr(cache, "token_ids", [])
     while keep < min(cached, len(prev), len(ids) - 1) and prev[keep] == ids[keep]:
         keep += 1
     if keep < cached:
         cache.crop(keep - cached)
-    sample = temperature > 0
-    out = model.generate(
-        input_ids=torch.tensor([ids], device=model.device), attention_mask=torch.ones(1, len(ids), dtype=torch.long,
-                                                                                      device=model.device),
-        past_key_values=cache, max_new_tokens=max_new_tokens, do_sample=sample,
-        temperature=temperature if sample else None, top_p=None, top_k=None,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id)
-    new = out[0, len(ids):].tolist()
-    cache.token_ids = ids + new
-    return new
+    positions = torch.arange(keep, len(ids), device=model.device)[None]
+    logits = model(input_ids=torch.tensor([ids[keep:]], device=model.device), position_ids=positions,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    cache.token_ids = list(ids)
+    return logits
+
+
+@torch.no_grad()
+def decode(model, caches: list[DynamicCache], logits: list[torch.Tensor], *, eos: int, max_new_tokens: int,
+           temperature: float = 0.0, rngs: list[torch.Generator] | None = None) -> list[list[int]]:
+    """One assistant turn for several prompts at once: each row continues from its own cache (as `prefill` left it,
+    `logits` its next-token logits) and stops at `eos` (kept) or the budget. The caches are copied, left-padded, into
+    one batch, so each new token is one forward for all the rows still going; a row that ends leaves the batch, and
+    the rows' own caches are left as they were. Greedy at temperature 0; otherwise row i samples from rngs[i] (the
+    full distribution at `temperature`), so its tokens follow its own seed, not its batch."""
+    lengths = [c.get_seq_length() for c in caches]
+    width = max(lengths)
+    batch = reserved_cache(model)
+    for i, layer in enumerate(batch.layers):
+        layer.update(*(torch.cat([F.pad(getattr(c.layers[i], name), (0, 0, width - n, 0))
+                                  for c, n in zip(caches, lengths)]) for name in ("keys", "values")))
+    mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=model.device)
+    positions = torch.tensor(lengths, device=model.device)
+    rows, out, logits = list(range(len(caches))), [[] for _ in caches], torch.stack(logits)
+    for step in range(max_new_tokens):
+        if temperature > 0:
+            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            tokens = torch.cat([torch.multinomial(p, 1, generator=rngs[r]) for p, r in zip(probs, rows)])
+        else:
+            tokens = logits.argmax(-1)
+        going = []
+        for j, (row, token) in enumerate(zip(rows, tokens.tolist())):
+            out[row].append(token)
+            if token != eos:
+                going.append(j)
+        if not going or step == max_new_tokens - 1:
+            break
+        if len(going) < len(rows):
+            index = torch.tensor(going, device=model.device)
+            batch.batch_select_indices(index)
+            mask, positions, tokens, rows = mask[index], positions[index], tokens[index], [rows[j] for j in going]
+        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
+        logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
+                       past_key_values=batch, use_cache=True).logits[:, -1]
+        positions = positions + 1
+    return out
 
 
 def next_turn(model, tokenizer, messages: list[dict], *, max_new_tokens: int = 160) -> str:
     """The model's greedy next assistant message after `messages`, as text (its tool call not parsed)."""
-    new = generate_turn(model, tokenizer, _prompt_ids(tokenizer, messages), DynamicCache(), temperature=0.0,
-                        max_new_tokens=max_new_tokens)
+    cache = DynamicCache(config=model.config)
+    logits = prefill(model, _prompt_ids(tokenizer, messages), cache)
+    new = decode(model, [cache], [logits], eos=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                 max_new_tokens=max_new_tokens)[0]
     return tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>")
 
 
 def rollout(model, tokenizer, env: CodingEnv, instance: dict, *, max_steps: int = 10, temperature: float = 0.0,
             seed: int = 0, max_new_tokens: int = 160, system: str = SYSTEM) -> tuple[list[dict], float, dict]:
-    """Run the model on `instance` until the episode ends or max_steps turns: (messages, reward, info).
+    """Run the model on `instance` until the episode ends or max_steps turns: (messages, reward, info); `rollouts`
+    with one episode."""
+    return rollouts(model, tokenizer, [env], [(instance, seed)], max_steps=max_steps, temperature=temperature,
+                    max_new_tokens=max_new_tokens, system=system)[0]
 
-    Each turn renders the conversation, generates one assistant message and parses its tool call;
-    text with no well-formed call goes to the environment as a call of the tool "" (an error
-    observation that counts as a step, as a broken call would on a real agent harness)."""
-    obs = env.reset(instance=instance)
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": obs.text}]
+
+@torch.no_grad()
+def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict, int]], *, max_steps: int = 10,
+             temperature: float = 0.0, max_new_tokens: int = 160,
+             system: str = SYSTEM) -> list[tuple[list[dict], float, dict]]:
+    """Run the model on each (instance, seed) episode, len(envs) of them at a time in lockstep: (messages, reward,
+    info) per episode, in order.
+
+    Each turn every running episode's conversation is rendered and brought into its own KV cache (`prefill`), and
+    their next assistant messages are decoded together (`decode`); then each episode's environment takes its
+    message's tool call. Text with no well-formed call goes to the environment as a call of the tool "" (an error
+    observation that counts as a step, as a broken call would on a real agent harness). An episode ends when its
+    environment says so, after max_steps turns, or when its context cannot hold another turn. An episode's tokens
+    do not depend on the others in its lockstep batch, up to the float rounding that batching brings (which can
+    flip a near-tie token)."""
     limit = getattr(model.config, "max_position_embeddings", None)
-    info = {"instance_id": instance["instance_id"], "steps": 0, "malformed": 0, "submitted": False,
-            "truncated": False, "context_full": False}
-    cache, done = DynamicCache(), False
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    results = []
+    for start in range(0, len(episodes), len(envs)):
+        state = []
+        for env, (instance, seed) in zip(envs, episodes[start:start + len(envs)]):
+            obs = env.reset(instance=instance)
+            state.append(dict(
+                env=env, obs=obs, done=False, cache=DynamicCache(config=model.config),
+                rng=torch.Generator(device=model.device).manual_seed(seed),
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": obs.text}],
+                info={"instance_id": instance["instance_id"], "steps": 0, "malformed": 0, "submitted": False,
+                      "truncated": False, "context_full": False}))
+        running = state
         for step in range(max_steps):
-            ids = _prompt_ids(tokenizer, messages)
-            if limit and len(ids) + max_new_tokens > limit:
-                info["context_full"] = True
+            prompts = [_prompt_ids(tokenizer, ep["messages"]) for ep in running]
+            for ep, ids in zip(running, prompts):
+                ep["info"]["context_full"] = bool(limit and len(ids) + max_new_tokens > limit)
+            prompts = [ids for ep, ids in zip(running, prompts) if not ep["info"]["context_full"]]
+            running = [ep for ep in running if not ep["info"]["context_full"]]
+            if not running:
                 break
-            new = generate_turn(model, tokenizer, ids, cache, temperature=temperature, max_new_tokens=max_new_tokens)
-            text = tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>")
-            call = parse_tool_call(text)
-            call_id = f"call_{step + 1}"
-            if call is None:
-                info["malformed"] += 1
-                obs = env.step(CodingAction(tool="", args={}))
-                messages += [{"role": "assistant", "content": text}, tool_message(obs.text, None, None)]
-            else:
-                name, args = call
-                obs = env.step({"tool": name, "args": args})
-                content = TOOL_CALL.sub("", text).strip()
-                messages += [tool_call_message(name, args, call_id, content), tool_message(obs.text, call_id, name)]
-            info["steps"] += 1
-            if obs.done:
-                done = True
-                info.update(submitted=not obs.info.truncated, truncated=obs.info.truncated)
+            logits = [prefill(model, ids, ep["cache"]) for ep, ids in zip(running, prompts)]
+            turns = decode(model, [ep["cache"] for ep in running], logits, eos=eos, max_new_tokens=max_new_tokens,
+                           temperature=temperature, rngs=[ep["rng"] for ep in running])
+            texts = [tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>") for new in turns]
+            # The environments' steps wait mostly on their sandboxed test runs: run them side by side.
+            with ThreadPoolExecutor(max_workers=len(running)) as pool:
+                list(pool.map(_act, running, texts, [step] * len(running)))
+            running = [ep for ep in running if not ep["done"]]
+            if not running:
                 break
-    reward = float(obs.reward or 0.0) if done else 0.0
-    return messages, reward, info
+        results += [(ep["messages"], float(ep["obs"].reward or 0.0) if ep["done"] else 0.0, ep["info"])
+                    for ep in state]
+    return results
+
+
+def _act(ep: dict, text: str, step: int) -> None:
+    """One episode's environment step on the model's message `text`, recorded in its messages and info."""
+    call = parse_tool_call(text)
+    call_id = f"call_{step + 1}"
+    if call is None:
+        ep["info"]["malformed"] += 1
+        ep["obs"] = obs = ep["env"].step(CodingAction(tool="", args={}))
+        ep["messages"] += [{"role": "assistant", "content": text}, tool_message(obs.text, None, None)]
+    else:
+        name, args = call
+        ep["obs"] = obs = ep["env"].step({"tool": name, "args": args})
+        ep["messages"] += [tool_call_message(name, args, call_id, TOOL_CALL.sub("", text).strip()),
+                           tool_message(obs.text, call_id, name)]
+    ep["info"]["steps"] += 1
+    if obs.done:
+        ep["done"] = True
+        ep["info"].update(submitted=not obs.info.truncated, truncated=obs.info.truncated)
 
 
 def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = None, temperature: float = 0.0,
              seed: int = 0, env_config: EnvConfig = ENV_CONFIG, max_new_tokens: int = 160,
-             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None):
+             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None, batch_size: int = 16):
     """Unbiased pass@k per task ({instance_id: score}) from n >= k rollouts each (n defaults to k).
 
     Sampling with temperature 0 is greedy, so n > 1 then only repeats the same rollout. With
     return_rollouts, also the list of (instance_id, messages, reward, info). shard=(rank, world): only tasks
     rank, rank + world, ..., each with the seeds it has in the whole list, so a launch's shards together are
-    exactly the one-process evaluation. device: where the model runs (default: the GPU when there is one)."""
+    the one-process evaluation (up to the float rounding of other lockstep batches, see rollouts). device: where
+    the model runs (default: the GPU when there is one). batch_size: episodes run in lockstep (rollouts)."""
     from composer.models import load_model, load_tokenizer
     from composer.stats import pass_at_k
 
@@ -307,20 +382,18 @@ def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = Non
     device = device or ("cuda" if torch.cuda.is_available() else None)
     model, tokenizer = load_model(model_path, device=device), load_tokenizer(model_path)
     model.eval()
-    env = CodingEnv(records, env_config)
-    scores, runs = {}, []
+    mine = [(i, record) for i, record in enumerate(records) if i % world == rank]
+    episodes = [(record, seed + 1000 * i + j) for i, record in mine for j in range(n)]
+    envs = [CodingEnv(records, env_config) for _ in range(max(1, min(batch_size, len(episodes))))]
     try:
-        for i, record in enumerate(records):
-            if i % world != rank:
-                continue
-            rewards = []
-            for j in range(n):
-                messages, reward, info = rollout(model, tokenizer, env, record, max_steps=env_config.max_steps,
-                                                 temperature=temperature, seed=seed + 1000 * i + j,
-                                                 max_new_tokens=max_new_tokens)
-                rewards.append(reward)
-                runs.append((record["instance_id"], messages, reward, info))
-            scores[record["instance_id"]] = pass_at_k(n, sum(r == 1.0 for r in rewards), k)
+        done = rollouts(model, tokenizer, envs, episodes, max_steps=env_config.max_steps, temperature=temperature,
+                        max_new_tokens=max_new_tokens)
     finally:
-        env.close()
+        for env in envs:
+            env.close()
+    runs = [(record["instance_id"], *result) for (record, _), result in zip(episodes, done)]
+    scores = {}
+    for i, (_, record) in enumerate(mine):
+        rewards = [reward for _, _, reward, _ in runs[i * n:(i + 1) * n]]
+        scores[record["instance_id"]] = pass_at_k(n, sum(r == 1.0 for r in rewards), k)
     return (scores, runs) if return_rollouts else scores

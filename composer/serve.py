@@ -65,6 +65,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from composer.kvcache import ReservedLayer, reserved_cache
 from composer.models import load_model, load_tokenizer
 from composer.providers import FAULTS, PROFILES_FILE, Errors, Profile, PromptCache, cost, load_profiles
 
@@ -286,7 +287,8 @@ class Generator:
                             if first.temperature > 0 else dict(do_sample=False))
             else:
                 shared = len(prompts) > 1 and len(prompts[0]) > 1 and all(p == prompts[0] for p in prompts)
-                cache = {"past_key_values": _prefilled(model, prompts[0], len(prompts)) if shared else _cache(model)}
+                cache = {"past_key_values": _prefilled(model, prompts[0], len(prompts)) if shared
+                         else reserved_cache(model)}
                 sampling = dict(do_sample=False)
                 if first.temperature > 0:
                     processors.append(_Sample(seed, first.temperature, first.top_p))
@@ -315,51 +317,15 @@ class _Sample(LogitsProcessor):
         return torch.full_like(scores, -math.inf).scatter_(1, tokens, 0.0)
 
 
-class _ReservedLayer(DynamicLayer):
-    """A DynamicLayer that writes each token's keys and values into a buffer with room to spare, where HF's
-    concatenates, copying the whole cache at every generated token: at 003's ~3,200-token teacher prompts that copy
-    was 76% of a query's time. The buffer doubles when full; what attention reads is a view of its filled part."""
-
-    _keys = _values = None  # the buffers; `keys`/`values` are views of them while they are current
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = self.get_seq_length()
-        end = n + key_states.shape[-2]
-        # The buffers are stale when something replaced the views (batch_repeat_interleave, batch_select_indices).
-        if (self._keys is None or self.keys.data_ptr() != self._keys.data_ptr()
-                or self._keys.shape[0] != key_states.shape[0] or self._keys.shape[-2] < end):
-            self._keys, self._values = (_room(old, new, n, 2 * end) for old, new in
-                                        ((self.keys, key_states), (self.values, value_states)))
-        self._keys[..., n:end, :] = key_states
-        self._values[..., n:end, :] = value_states
-        self.keys, self.values = self._keys[..., :end, :], self._values[..., :end, :]
-        return self.keys, self.values
-
-
-def _room(old: torch.Tensor, new: torch.Tensor, n: int, size: int) -> torch.Tensor:
-    buffer = new.new_empty((*new.shape[:-2], size, new.shape[-1]))
-    if n:
-        buffer[..., :n, :] = old
-    return buffer
-
-
-def _cache(model) -> DynamicCache:
-    cache = DynamicCache(config=model.config)
-    cache.layers = [_ReservedLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
-    return cache
-
-
 def _prefilled(model, prompt: list[int], rows: int) -> DynamicCache:
     """The KV cache of all but the prompt's last token, computed once for the `rows` rows that continue it: n samples
     of one prompt (003's teacher queries: ~3,200-token states, n=8) prefill it once instead of n times. With the
     shared-prompt attention the rows hold it once (_SharedPromptLayer); otherwise it is repeated per row. `generate`
     then feeds the last token itself; the tokens and log-probs are those of the unshared batch (tests/test_serve.py)."""
-    cache = _cache(model)
+    cache = reserved_cache(model)
     model(input_ids=torch.tensor([prompt[:-1]], device=model.device), use_cache=True, past_key_values=cache)
     if model.config._attn_implementation == SHARED_PROMPT and all(
-            isinstance(layer, _ReservedLayer) for layer in cache.layers):
+            isinstance(layer, ReservedLayer) for layer in cache.layers):
         cache.layers = [_SharedPromptLayer(layer.keys, layer.values) for layer in cache.layers]
     else:
         cache.batch_repeat_interleave(rows)
@@ -368,13 +334,13 @@ def _prefilled(model, prompt: list[int], rows: int) -> DynamicCache:
 
 class _SharedPromptLayer(DynamicLayer):
     """The cache of rows that continue one prompt: the prompt's keys and values once (batch 1), each row's own tokens
-    after it in a _ReservedLayer. _shared_prompt_attention reads the prompt once for all the rows, where a repeated
+    after it in a ReservedLayer. _shared_prompt_attention reads the prompt once for all the rows, where a repeated
     cache has attention read it once per row: at 003's shape (8 rows, ~3,200-token prompts) that read was most of a
     decoding step once the cache stopped being copied."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
-        self.prompt, self.own = (keys, values), _ReservedLayer()
+        self.prompt, self.own = (keys, values), ReservedLayer()
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
 
     def update(self, key_states, value_states, *args, **kwargs):

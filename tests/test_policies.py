@@ -7,7 +7,9 @@ so a reward of 1.0 means the hidden tests passed. Models are a stub that replays
 (the loop's parsing and error paths) and an untrained tiny Qwen3 (the generation path).
 """
 
+import copy
 import json
+import math
 import re
 
 import pytest
@@ -106,21 +108,33 @@ def test_parse_tool_call_rejects_malformed_text():
 
 
 class ScriptedModel:
-    """Stands in for a causal LM: generate() appends the next of a fixed list of completions."""
+    """Stands in for a causal LM that replays a fixed list of completions, one a turn: the tiny Qwen3 runs (so its
+    caches and positions are real), and its logits are replaced by the script's next token."""
 
     def __init__(self, tokenizer, completions):
-        self.tokenizer, self.completions = tokenizer, list(completions)
-        self.config = type("Config", (), {"max_position_embeddings": 1 << 20})()
-        self.device = torch.device("cpu")
-        self.prompts = []
+        self.model = load_model(tiny_model("policy-test"))
+        self.config, self.device = copy.copy(self.model.config), self.model.device
+        self.config.max_position_embeddings = 1 << 20  # the script's turns are never cut for context
+        self.tokenizer, self.completions, self.pending = tokenizer, list(completions), []
 
-    def generate(self, input_ids, **kwargs):
-        self.prompts.append(self.tokenizer.decode(input_ids[0]))
-        new = self.tokenizer(self.completions.pop(0) + "<|im_end|>", add_special_tokens=False).input_ids
-        return torch.cat([input_ids, torch.tensor([new])], dim=1)
+    def __call__(self, input_ids, **kwargs):
+        out = self.model(input_ids=input_ids, **kwargs)
+        if kwargs.get("logits_to_keep") == 1:  # prefill: a new turn
+            self.pending = self.tokenizer(self.completions.pop(0) + "<|im_end|>", add_special_tokens=False).input_ids
+        out.logits = torch.full_like(out.logits, -math.inf)
+        out.logits[..., self.pending.pop(0)] = 0.0
+        return out
 
 
-def test_rollout_survives_malformed_output(env, records, tokenizer):
+@pytest.fixture
+def prompts(monkeypatch):
+    """The prompt of every turn, as the rollout renders it."""
+    seen, prefill = [], policies.prefill
+    monkeypatch.setattr(policies, "prefill", lambda model, ids, cache: seen.append(ids) or prefill(model, ids, cache))
+    return seen
+
+
+def test_rollout_survives_malformed_output(env, records, tokenizer, prompts):
     model = ScriptedModel(tokenizer, [
         "Let me look. <tool_call>\n{\"name\": \"view\", \"arguments\": {\"path\": ",  # cut-off JSON
         '<tool_call>\n{"name": "no_such_tool", "arguments": {}}\n</tool_call>',
@@ -133,29 +147,104 @@ def test_rollout_survives_malformed_output(env, records, tokenizer):
     assert messages[5]["content"].startswith("error: unknown tool 'no_such_tool'")
     assert "without changes" in messages[7]["content"]
     # each prompt is the canonical render of the conversation so far, ending in the generation prompt
-    assert model.prompts[2] == policies.render(tokenizer, messages[:6], add_generation_prompt=True)
+    assert tokenizer.decode(prompts[2]) == policies.render(tokenizer, messages[:6], add_generation_prompt=True)
 
 
 def test_rollout_replaying_the_expert_resolves_the_task(env, records, tokenizer):
     demo, _, _ = policies.demonstrate(env, records[1])
     blocks = re.findall(r"<\|im_start\|>assistant\n(.*?)<\|im_end\|>", policies.render(tokenizer, demo), re.DOTALL)
     model = ScriptedModel(tokenizer, blocks)
-    messages, reward, info = policies.rollout(model, tokenizer, env, records[1])
+    messages, reward, info = policies.rollout(model, tokenizer, env, records[1], max_new_tokens=1024)
     assert reward == 1.0 and info["malformed"] == 0
     assert policies.tool_calls(messages) == policies.tool_calls(demo)
 
 
-def test_generation_reuses_the_cache_without_changing_tokens(tokenizer):
+def greedy_turn(model, tokenizer, ids, cache, max_new_tokens=6):
+    logits = policies.prefill(model, ids, cache)
+    return policies.decode(model, [cache], [logits], eos=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                           max_new_tokens=max_new_tokens)[0]
+
+
+@torch.no_grad()
+def test_a_turn_reuses_the_cache_without_changing_tokens(tokenizer):
     model = load_model(tiny_model("policy-test"))
     messages = [{"role": "system", "content": policies.SYSTEM}, {"role": "user", "content": "Fix calc/ops.py"}]
+    cache = DynamicCache(config=model.config)
+    first = greedy_turn(model, tokenizer, policies._prompt_ids(tokenizer, messages), cache)
+    before = cache.get_seq_length()
+    messages += [policies.tool_call_message("run_tests", {}, "call_1"),
+                 policies.tool_message("3 failed", "call_1", "run_tests")]
     ids = policies._prompt_ids(tokenizer, messages)
-    cache = DynamicCache()
-    first = policies.generate_turn(model, tokenizer, ids, cache, temperature=0.0, max_new_tokens=6)
-    messages += [policies.tool_call_message("run_tests", {}, "call_1"), policies.tool_message("3 failed", "call_1", "run_tests")]
-    ids = policies._prompt_ids(tokenizer, messages)
-    reused = policies.generate_turn(model, tokenizer, ids, cache, temperature=0.0, max_new_tokens=6)
-    fresh = policies.generate_turn(model, tokenizer, ids, DynamicCache(), temperature=0.0, max_new_tokens=6)
+    reused = greedy_turn(model, tokenizer, ids, cache)
+    fresh = greedy_turn(model, tokenizer, ids, DynamicCache(config=model.config))
     assert len(first) == 6 and reused == fresh
+    assert cache.get_seq_length() == len(ids) and before == len(policies._prompt_ids(tokenizer, messages[:2]))
+
+
+@torch.no_grad()
+def test_a_batched_turn_gives_each_row_what_it_gets_alone(tokenizer):
+    """Rows of different lengths decoded together (their caches left-padded into one batch, rows leaving as they
+    end): greedy, each row's tokens are its tokens alone; sampled, each row draws from its own RNG, so its tokens
+    follow its seed, not its batch. The rows' own caches are left as they were."""
+    model = load_model(tiny_model("policy-test"))
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompts = [policies._prompt_ids(tokenizer, [{"role": "system", "content": policies.SYSTEM},
+                                                {"role": "user", "content": text}])
+               for text in ("Fix calc/ops.py", "The test for add fails: assert -1 == 3. Find the bug.", "Go")]
+    assert len({len(p) for p in prompts}) == 3
+
+    def turns(rows, **kwargs):
+        caches = [DynamicCache(config=model.config) for _ in rows]
+        logits = [policies.prefill(model, ids, cache) for ids, cache in zip(rows, caches)]
+        out = policies.decode(model, caches, logits, eos=eos, max_new_tokens=8, **kwargs)
+        assert [c.get_seq_length() for c in caches] == [len(ids) for ids in rows]
+        return out
+
+    together = turns(prompts)
+    assert together == [turns([p])[0] for p in prompts] and all(len(t) == 8 for t in together)
+
+    def sampled(rows, seeds):
+        return turns(rows, temperature=1.0, rngs=[torch.Generator().manual_seed(s) for s in seeds])
+
+    batch = sampled(prompts, [1, 2, 3])
+    assert batch == [sampled([p], [s])[0] for p, s in zip(prompts, [1, 2, 3])]
+    assert sampled(prompts[:1], [1]) != sampled(prompts[:1], [4]) and batch[0] != together[0]
+
+
+def test_a_row_that_ends_leaves_the_batch(tokenizer):
+    """A row stops at its eos (kept) while the others go on to the budget (sampled rows, so the tokens vary)."""
+    model = load_model(tiny_model("policy-test"))
+    prompts = [policies._prompt_ids(tokenizer, [{"role": "user", "content": t}]) for t in ("a b c", "Fix it")]
+    caches = [DynamicCache(config=model.config) for _ in prompts]
+    logits = [policies.prefill(model, ids, cache) for ids, cache in zip(prompts, caches)]
+
+    def turns(eos):
+        rngs = [torch.Generator().manual_seed(s) for s in (1, 2)]
+        return policies.decode(model, caches, logits, eos=eos, max_new_tokens=8, temperature=1.0, rngs=rngs)
+
+    free = turns(eos=-1)
+    stops = [k for k in range(1, 7) if free[0][k] not in free[0][:k] + free[1]]
+    assert stops, free  # a token of the first row's that the second never draws
+    assert turns(eos=free[0][stops[0]]) == [free[0][:stops[0] + 1], free[1]]
+
+
+def test_rollouts_in_lockstep_are_the_rollouts_one_by_one(records, tokenizer):
+    """Three sampled episodes on two environments (a batch of 2, then 1) end as they do one at a time."""
+    model = load_model(tiny_model("policy-test"))
+    config = EnvConfig(max_steps=2, max_observation_chars=400)
+    envs = [CodingEnv(records, config) for _ in range(2)]
+    episodes = [(records[0], 7), (records[1], 8), (records[0], 9)]
+    kwargs = dict(max_steps=2, temperature=1.0, max_new_tokens=6)
+    try:
+        together = policies.rollouts(model, tokenizer, envs, episodes, **kwargs)
+        alone = [policies.rollouts(model, tokenizer, envs[:1], [e], **kwargs)[0] for e in episodes]
+    finally:
+        for env in envs:
+            env.close()
+    assert together == alone
+    assert [r[2]["instance_id"] for r in together] == [records[0]["instance_id"], records[1]["instance_id"],
+                                                       records[0]["instance_id"]]
+    assert together[0][0] != together[2][0]  # same task, other seed: the seeds were each episode's own
 
 
 def test_evaluate_returns_pass_at_1_per_task(records):

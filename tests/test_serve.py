@@ -22,7 +22,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from composer.models import load_model, load_tokenizer, tiny_model
 from composer.providers import PROFILES_FILE, Profile, load_profiles
-from composer.serve import (BYTE_LEVEL, SHARED_PROMPT, Generator, Job, Server, _prefilled, _ReservedLayer,
+from composer.serve import (BYTE_LEVEL, SHARED_PROMPT, Generator, Job, Server, _prefilled,
                             _shared_prompt_attention, _SharedPromptLayer, parse_tool_calls, serve)
 from composer.serve import main as serve_main
 
@@ -242,26 +242,6 @@ def test_rows_of_one_prompt_hold_it_once_and_attend_as_sdpa_over_the_repeated_ca
     assert got.shape == want.shape == (rows, 1, heads, dim) and torch.allclose(got, want, atol=1e-6)
     with pytest.raises(ValueError, match="one new token per row, got 2"):
         _shared_prompt_attention(module, torch.randn(rows, heads, 2, dim), keys, values, None, scaling=0.3)
-
-
-def test_reserved_layer_writes_in_place_until_full_then_doubles():
-    """The cache a generated token costs: a write into room already there, not a copy of the whole cache (HF's
-    DynamicLayer concatenates); what attention reads equals the concatenation at every step."""
-    layer, concatenated = _ReservedLayer(), None
-    torch.manual_seed(0)
-    buffers = []
-    for length in (5, 1, 1, 1, 1, 1, 4, 1):
-        key, value = torch.randn(2, 3, length, 4), torch.randn(2, 3, length, 4)
-        keys, values = layer.update(key, value)
-        concatenated = (key, value) if concatenated is None else tuple(
-            torch.cat([old, new], dim=-2) for old, new in zip(concatenated, (key, value)))
-        assert torch.equal(keys, concatenated[0]) and torch.equal(values, concatenated[1])
-        buffers.append(keys.data_ptr())
-    assert layer.get_seq_length() == 15
-    assert len(set(buffers[:6])) == 1 and buffers[6] != buffers[5] and buffers[7] == buffers[6]  # room 10, then 28
-    layer.batch_repeat_interleave(2)  # the views replaced: the next write starts a fresh buffer from them
-    keys, _ = layer.update(torch.zeros(4, 3, 1, 4), torch.zeros(4, 3, 1, 4))
-    assert torch.equal(keys[:, :, :15], concatenated[0].repeat_interleave(2, dim=0)) and keys.shape == (4, 3, 16, 4)
 
 
 def test_logprobs_are_the_models_raw_distribution(gen, tiny, tokenizer):

@@ -21,6 +21,10 @@ forward, which a run makes at generation time, is charged to every step). After 
 arms are interleaved round-robin (the starting arm rotates every round) for `repeats` rounds, so machine drift
 hits them alike; medians and p10/p90 are reported, and ratios are median / median.
 
+Where the time goes: each arm's forward calls and the tokens they run (padding included), student and teacher, are
+counted over one step by hooks on the input embeddings, and `work_floor_time` prices them (a student token at a GRPO
+token's cost, a teacher token at a third: no backward). A ratio near its floor can only fall with fewer tokens.
+
 Memory is measured per arm in a fresh process (`python -m composer.bench.trainer --arm NAME --json ...`),
 from just before the trainer is built to after 2 warm-up + 1 steps, so it covers the trainer's model, the
 teacher copy, optimizer state and activations, but not the interpreter or imports (a throwaway trainer of the
