@@ -378,13 +378,15 @@ def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = Non
     rank, world = shard
     if not 0 <= rank < world:
         raise ValueError(f"shard {shard}: (rank, world) with 0 <= rank < world")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 (episodes in lockstep), got {batch_size}")
     n = n or k
     device = device or ("cuda" if torch.cuda.is_available() else None)
     model, tokenizer = load_model(model_path, device=device), load_tokenizer(model_path)
     model.eval()
     mine = [(i, record) for i, record in enumerate(records) if i % world == rank]
     episodes = [(record, seed + 1000 * i + j) for i, record in mine for j in range(n)]
-    envs = [CodingEnv(records, env_config) for _ in range(max(1, min(batch_size, len(episodes))))]
+    envs = [CodingEnv(records, env_config) for _ in range(max(1, min(batch_size, len(episodes))))]  # a shard may be empty
     try:
         done = rollouts(model, tokenizer, envs, episodes, max_steps=env_config.max_steps, temperature=temperature,
                         max_new_tokens=max_new_tokens)

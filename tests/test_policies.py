@@ -272,3 +272,5 @@ def test_evaluation_shards_together_are_the_whole_evaluation(records):
     assert len({json.dumps(r[1]) for r in whole}) > 1  # sampled: the rollouts differ, so the seeds are checked
     with pytest.raises(ValueError, match=r"shard \(2, 2\)"):
         policies.evaluate(path, records[:1], shard=(2, 2))
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        policies.evaluate(path, records[:1], batch_size=0)
