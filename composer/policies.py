@@ -386,7 +386,8 @@ def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = Non
     model.eval()
     mine = [(i, record) for i, record in enumerate(records) if i % world == rank]
     episodes = [(record, seed + 1000 * i + j) for i, record in mine for j in range(n)]
-    envs = [CodingEnv(records, env_config) for _ in range(max(1, min(batch_size, len(episodes))))]  # shards may be empty
+    # at least one environment: a shard may have no tasks
+    envs = [CodingEnv(records, env_config) for _ in range(max(1, min(batch_size, len(episodes))))]
     try:
         done = rollouts(model, tokenizer, envs, episodes, max_steps=env_config.max_steps, temperature=temperature,
                         max_new_tokens=max_new_tokens)
