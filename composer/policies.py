@@ -309,37 +309,38 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
     limit = getattr(model.config, "max_position_embeddings", None)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     results = []
-    for start in range(0, len(episodes), len(envs)):
-        state = []
-        for env, (instance, seed) in zip(envs, episodes[start:start + len(envs)]):
-            obs = env.reset(instance=instance)
-            state.append(dict(
-                env=env, obs=obs, done=False, cache=DynamicCache(config=model.config),
-                rng=torch.Generator(device=model.device).manual_seed(seed),
-                messages=[{"role": "system", "content": system}, {"role": "user", "content": obs.text}],
-                info={"instance_id": instance["instance_id"], "steps": 0, "malformed": 0, "submitted": False,
-                      "truncated": False, "context_full": False}))
-        running = state
-        for step in range(max_steps):
-            prompts = [_prompt_ids(tokenizer, ep["messages"]) for ep in running]
-            for ep, ids in zip(running, prompts):
-                ep["info"]["context_full"] = bool(limit and len(ids) + max_new_tokens > limit)
-            prompts = [ids for ep, ids in zip(running, prompts) if not ep["info"]["context_full"]]
-            running = [ep for ep in running if not ep["info"]["context_full"]]
-            if not running:
-                break
-            logits = [prefill(model, ids, ep["cache"]) for ep, ids in zip(running, prompts)]
-            turns = decode(model, [ep["cache"] for ep in running], logits, eos=eos, max_new_tokens=max_new_tokens,
-                           temperature=temperature, rngs=[ep["rng"] for ep in running])
-            texts = [tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>") for new in turns]
-            # The environments' steps wait mostly on their sandboxed test runs: run them side by side.
-            with ThreadPoolExecutor(max_workers=len(running)) as pool:
+    # The environments' steps wait mostly on their sandboxed test runs: they run side by side.
+    with ThreadPoolExecutor(max_workers=len(envs)) as pool:
+        for start in range(0, len(episodes), len(envs)):
+            state = []
+            for env, (instance, seed) in zip(envs, episodes[start:start + len(envs)]):
+                obs = env.reset(instance=instance)
+                state.append(dict(
+                    env=env, obs=obs, done=False, cache=DynamicCache(config=model.config),
+                    rng=torch.Generator(device=model.device).manual_seed(seed),
+                    messages=[{"role": "system", "content": system}, {"role": "user", "content": obs.text}],
+                    info={"instance_id": instance["instance_id"], "steps": 0, "malformed": 0, "submitted": False,
+                          "truncated": False, "context_full": False}))
+            running = state
+            for step in range(max_steps):
+                for ep in running:
+                    ep["ids"] = _prompt_ids(tokenizer, ep["messages"])
+                    ep["info"]["context_full"] = bool(limit and len(ep["ids"]) + max_new_tokens > limit)
+                running = [ep for ep in running if not ep["info"]["context_full"]]
+                if not running:
+                    break
+                logits = [prefill(model, ep["ids"], ep["cache"]) for ep in running]
+                turns = decode(model, [ep["cache"] for ep in running], logits, eos=eos,
+                               max_new_tokens=max_new_tokens, temperature=temperature,
+                               rngs=[ep["rng"] for ep in running])
+                texts = [tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>")
+                         for new in turns]
                 list(pool.map(_act, running, texts, [step] * len(running)))
-            running = [ep for ep in running if not ep["done"]]
-            if not running:
-                break
-        results += [(ep["messages"], float(ep["obs"].reward or 0.0) if ep["done"] else 0.0, ep["info"])
-                    for ep in state]
+                running = [ep for ep in running if not ep["done"]]
+                if not running:
+                    break
+            results += [(ep["messages"], float(ep["obs"].reward or 0.0) if ep["done"] else 0.0, ep["info"])
+                        for ep in state]
     return results
 
 
