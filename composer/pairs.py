@@ -25,6 +25,10 @@ action a_s (the trace's action, canonical):
   rule 1    "majority_over_student": majority != a_s -> (chosen = majority, rejected = a_s).
   rule 2    "student_over_minority": majority == a_s -> (chosen = a_s, rejected = m) for each distinct top
             action m of a minority teacher.
+  rule 3    "majority_over_malformed": the student emitted no well-formed call at t (no a_s) -> (chosen =
+            majority, rejected = the student's text as generated). The teachers were asked at that state like at
+            any other, and what the student did there is its text; no teacher proposes it, so these pairs' margin
+            is the majority's mean probability and the held-out-teacher check leaves them out.
   margin    mean over the step's teachers of p(chosen) - p(rejected) ("distribution", from the full
             distributions), or the same difference of vote shares ("votes"); pairs with margin < min_margin
             are dropped.
@@ -35,8 +39,8 @@ chosen/rejected are completion texts, each action rendered as the Qwen3/Hermes t
 in the action only; prompt is the chat the student saw at t (state.messages). Those three columns plus the
 reference log-probs are what composer.trainer reads (PAIR_COLUMNS); the rest is provenance.
 
-Bad input is counted, never fatal: steps without a student action (a malformed call), steps nobody queried,
-a teacher without a record at a queried step, a teacher whose answers never parse, errors.
+Bad input is counted, never fatal: steps without a student action (a malformed call) when rule 3 is off, steps
+nobody queried, a teacher without a record at a queried step, a teacher whose answers never parse, errors.
 """
 
 import asyncio
@@ -57,7 +61,7 @@ from composer import stats
 from composer.files import write_atomic
 from composer.teachers import OTHER, TeacherQuery, canonical_action, canonical_tool_call
 
-RULES = ("majority_over_student", "student_over_minority")
+RULES = ("majority_over_student", "student_over_minority", "majority_over_malformed")
 STEP_STATUSES = ("paired", "no student action", "not queried", "no parsed answer", "too few voting teachers",
                  "no majority",
                  "student is the majority, no minority", "below min_margin")
@@ -144,12 +148,13 @@ def margin_of(distributions, votes, chosen: str, rejected: str, kind: str = "dis
 
 
 def step_pairs(student: str | None, distributions: dict[str, dict[str, float]],
-               params: PairParams = PairParams()) -> tuple[list[dict], str]:
-    """The pairs one step yields, and the step's status (one of STEP_STATUSES).
+               params: PairParams = PairParams(), *, malformed: str | None = None) -> tuple[list[dict], str]:
+    """The pairs one step yields, and the step's status (one of STEP_STATUSES). `student`: the student's
+    canonical action, None when it emitted no well-formed call; `malformed`: its text then (rule 3).
 
     Each pair: {"rule", "chosen_action", "rejected_action", "margin", "chosen_votes", "rejected_votes",
     "n_voting", "votes": {teacher: top action or None}}."""
-    if student is None:
+    if student is None and (malformed is None or "majority_over_malformed" not in params.rules):
         return [], "no student action"
     if not distributions:
         return [], "not queried"
@@ -161,7 +166,9 @@ def step_pairs(student: str | None, distributions: dict[str, dict[str, float]],
     if top is None:
         return [], "no majority"
     candidates = []
-    if top != student and "majority_over_student" in params.rules:
+    if student is None:
+        candidates.append(("majority_over_malformed", top, malformed))
+    elif top != student and "majority_over_student" in params.rules:
         candidates.append(("majority_over_student", top, student))
     if top == student and "student_over_minority" in params.rules:
         minority = sorted({v for v in votes.values() if v is not None and v != top})
@@ -297,6 +304,13 @@ def pair_id(prompt: list[dict], chosen: str, rejected: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def student_action(record) -> tuple[str | None, str | None]:
+    """(the student's canonical action, None) at a step, or (None, its text as generated) when it emitted no
+    well-formed call."""
+    action = canonical_action(record.action)
+    return action, record.action.text if action is None else None
+
+
 def _representatives(by_trace, queries) -> dict[str, tuple[str, dict]]:
     """A concrete (name, arguments) per canonical action: the student's own calls first, then teachers' parsed
     tool calls (raw texts holding a <tool_call> block)."""
@@ -361,22 +375,23 @@ def extract(by_trace: dict, queries: list[TeacherQuery], params: PairParams = Pa
         outcome = trace_outcome(steps)
         for record in steps:
             key = (trace_id, record.step)
-            student = canonical_action(record.action)
+            student, malformed = student_action(record)
             step_dists = dists.get(key, {})
             was_queried = key in queried
             if was_queried:
                 problems["missing_teacher_records"] += len(set(expected) - queried[key])
                 problems["steps_without_a_parsed_answer_from_some_teacher"] += bool(set(expected) - set(step_dists))
-            found, status = step_pairs(student, step_dists, params)
-            if student is not None and not step_dists:
-                status = "no parsed answer" if was_queried else "not queried"
+            found, status = step_pairs(student, step_dists, params, malformed=malformed)
+            if status == "not queried" and was_queried:
+                status = "no parsed answer"
             problems[status.replace(" ", "_").replace(",", "")] += 1
             votes = step_votes(step_dists, params.ties)
             kept = 0
             prompt = None
             for p in found:
                 prompt = prompt if prompt is not None else prompt_messages(record.state.messages)
-                chosen, rejected = render_action(p["chosen_action"], reps.get(p["chosen_action"])), render_action(
+                chosen = render_action(p["chosen_action"], reps.get(p["chosen_action"]))
+                rejected = malformed if p["rule"] == "majority_over_malformed" else render_action(
                     p["rejected_action"], reps.get(p["rejected_action"]))
                 pid = pair_id(prompt, p["chosen_action"], p["rejected_action"])
                 if pid in seen:
@@ -384,8 +399,8 @@ def extract(by_trace: dict, queries: list[TeacherQuery], params: PairParams = Pa
                     continue
                 seen.add(pid)
                 kept += 1
-                rows.append(_row(record, len(steps), outcome, student, prompt, chosen, rejected, p, step_dists,
-                                 pid, control="real"))
+                rows.append(_row(record, len(steps), outcome, student or malformed, prompt, chosen, rejected, p,
+                                 step_dists, pid, control="real"))
             steps_out.append({
                 "trace_id": trace_id, "step": record.step, "n_steps": len(steps), "student_action": student,
                 "queried": was_queried, "teachers": sorted(step_dists), "n_voting": sum(v is not None for v in votes.values()),
@@ -440,10 +455,16 @@ def candidate_actions(student: str | None, distributions: dict[str, dict[str, fl
 
 def random_pairs(ex: Extraction, *, seed: int = 0) -> list[dict]:
     """One random pair per real pair, at the same state: chosen and rejected two distinct actions drawn
-    uniformly from the step's candidate actions, in random order; margin computed as for real pairs."""
+    uniformly from the step's candidate actions, in random order; margin computed as for real pairs. At a
+    malformed student call (rule 3) the student's text is one of the candidates, as itself."""
     rng = random.Random(seed)
     out = []
     for row in ex.rows:
+        malformed = row["student_action"] if row["rule"] == "majority_over_malformed" else None
+
+        def completion(action):
+            return malformed if action == malformed else render_action(action, ex.representatives.get(action))
+
         dists = ex.distributions.get((row["trace_id"], row["step"]), {})
         actions = candidate_actions(row["student_action"], dists)
         chosen, rejected = rng.sample(actions, 2)  # a real pair's state has at least its own two actions
@@ -455,8 +476,7 @@ def random_pairs(ex: Extraction, *, seed: int = 0) -> list[dict]:
              "n_voting": sum(v is not None for v in votes.values()), "votes": votes}
         record = ex.traces[row["trace_id"]][row["step"]]
         out.append(_row(record, row["n_steps"], row["outcome_resolved"], row["student_action"], row["prompt"],
-                        render_action(chosen, ex.representatives.get(chosen)),
-                        render_action(rejected, ex.representatives.get(rejected)), p, dists,
+                        completion(chosen), completion(rejected), p, dists,
                         pair_id(row["prompt"], chosen, rejected), control="random"))
     return out
 
@@ -634,7 +654,8 @@ def leave_one_teacher_out(ex: Extraction, *, confidence: float = 0.95) -> dict:
     h prefer chosen over rejected (p_h(chosen) > p_h(rejected))? Ties and steps where h gave no distribution
     are left out and counted. Pooled over teachers: a one-sided exact binomial test of wins > 50% with a
     Wilson CI (pairs of different held-out teachers share states, so the pooled test treats them as
-    independent; the per-teacher rows do not mix)."""
+    independent; the per-teacher rows do not mix). Rule 3's pairs are left out: no teacher proposes a malformed
+    call, so the held-out teacher would prefer their chosen by construction."""
     per_teacher = {}
     teachers = sorted({t for d in ex.distributions.values() for t in d})
     for held in teachers:
@@ -690,14 +711,14 @@ def grounding(rows: list[dict], *, confidence: float = 0.95) -> dict:
 
 def disagreement_summary(steps: list[dict]) -> dict:
     """Mean teacher disagreement (GJS, vote entropy) at steps by what they yielded: rule-1 pairs (teachers
-    agree, the student differs), rule-2 pairs, no pair; with how many steps each."""
-    groups = {"majority_over_student": [], "student_over_minority": [], "no pair": []}
+    agree, the student differs), rule-2 pairs, rule-3 pairs (teachers agree, the student's call is malformed), no
+    pair; with how many steps each."""
+    groups = {**{rule: [] for rule in RULES}, "no pair": []}
     for s in steps:
         if s["gjs"] is None:
             continue
-        key = ("majority_over_student" if "majority_over_student" in s["rules"] and s["n_pairs"] else
-               "student_over_minority" if s["n_pairs"] else "no pair")
-        groups[key].append(s)
+        # a step yields pairs of one rule: the rules' conditions on the student's action exclude each other
+        groups[next(r for r in RULES if r in s["rules"]) if s["n_pairs"] else "no pair"].append(s)
     out = {}
     for key, group in groups.items():
         gjs = [s["gjs"] for s in group]

@@ -56,7 +56,7 @@ def query(trace_id, t, teacher, distribution, *, sample=0, mode="topk", error=No
 
 @pytest.fixture
 def run():
-    """Trace A: rule 1 at step 0, no majority at step 1 (a tie), a malformed student call at step 2.
+    """Trace A: rule 1 at step 0, no majority at step 1 (a tie), a malformed student call at step 2 (rule 3).
     Trace B: rule 2 at step 0; step 1 has one parse failure and a missing record (too few voters).
     Trace C: the very state and answers of B's step 0 (a duplicate)."""
     by_trace = {
@@ -130,12 +130,25 @@ def test_step_pairs_ties_and_bad_input():
     [p], _ = pairs.step_pairs(VIEW, dists, pairs.PairParams(ties="lexicographic"))  # t2 votes "grep x"
     assert (p["chosen_action"], p["rejected_action"], p["margin"]) == (GREP, VIEW, pytest.approx(0.0))
     assert pairs.step_pairs(None, dists) == ([], "no student action")
+    assert pairs.step_pairs(None, dists, malformed="oops") == ([], "no majority")
     assert pairs.step_pairs(VIEW, {}) == ([], "not queried")
     assert pairs.step_pairs(VIEW, {"t1": {VIEW: 1.0}}) == ([], "too few voting teachers")
     with pytest.raises(ValueError, match="majority"):
         pairs.PairParams(majority=1.0)
     with pytest.raises(ValueError, match="rules"):
         pairs.PairParams(rules=("nope",))
+
+
+def test_step_pairs_rule_3_the_majority_over_a_malformed_call():
+    dists = {"t1": {CAT: 0.9, LS: 0.1}, "t2": {CAT: 1.0}, "t3": {LS: 1.0}}
+    [p], status = pairs.step_pairs(None, dists, malformed='<tool_call>{"name": "bash"')
+    assert status == "paired"
+    assert (p["rule"], p["chosen_action"], p["rejected_action"]) == (
+        "majority_over_malformed", CAT, '<tool_call>{"name": "bash"')
+    assert p["margin"] == pytest.approx(1.9 / 3) and (p["chosen_votes"], p["rejected_votes"]) == (2, 0)
+    off = pairs.PairParams(rules=("majority_over_student", "student_over_minority"))
+    assert pairs.step_pairs(None, dists, off, malformed="x") == ([], "no student action")
+    assert pairs.step_pairs(None, {}, malformed="x") == ([], "not queried")
 
 
 def test_disagreement_measures():
@@ -167,14 +180,21 @@ def test_extract(run):
     by_trace, qs = run
     ex = pairs.extract(by_trace, qs)
     assert [(r["trace_id"], r["step"], r["rule"], r["chosen_action"], r["rejected_action"]) for r in ex.rows] == [
-        ("A", 0, "majority_over_student", CAT, LS), ("B", 0, "student_over_minority", LS, PWD)]
-    assert ex.rows[1]["margin"] == pytest.approx(0.2)  # (1 + .8 + 0)/3 - (0 + .2 + 1)/3
+        ("A", 0, "majority_over_student", CAT, LS), ("A", 2, "majority_over_malformed", CAT, "garbage"),
+        ("B", 0, "student_over_minority", LS, PWD)]
+    assert ex.rows[2]["margin"] == pytest.approx(0.2)  # (1 + .8 + 0)/3 - (0 + .2 + 1)/3
+    # rule 3: the student's text as generated is the rejected completion, and the action the agent took
+    assert (ex.rows[1]["rejected"], ex.rows[1]["student_action"], ex.rows[1]["margin"]) == ("garbage", "garbage", 1.0)
     status = {(s["trace_id"], s["step"]): s["status"] for s in ex.steps}
-    assert status == {("A", 0): "paired", ("A", 1): "no majority", ("A", 2): "no student action",
+    assert status == {("A", 0): "paired", ("A", 1): "no majority", ("A", 2): "paired",
                       ("B", 0): "paired", ("B", 1): "too few voting teachers", ("C", 0): "paired"}
     p = ex.problems
     assert p["duplicates_removed"] == 1  # C's step 0 is B's
-    assert p["no_student_action"] == 1 and p["missing_teacher_records"] == 1 and p["unparsed_answers"] == 1
+    assert "no_student_action" not in p and p["missing_teacher_records"] == 1 and p["unparsed_answers"] == 1
+    off = pairs.extract(by_trace, qs, pairs.PairParams(rules=("majority_over_student", "student_over_minority")))
+    assert [r["rule"] for r in off.rows] == ["majority_over_student", "student_over_minority"]
+    assert off.problems["no_student_action"] == 1
+    assert pairs.grounding(ex.rows)["resolved"]["agent_rejected"] == 2  # A0 (ls) and A2 (its malformed text)
     assert p["teachers_never_parsed"] == [] and p.get("teacher_errors", 0) == 0
     assert ex.teacher_health["t2"] == {"calls": 6, "errors": 0, "answered": 6, "parsed": 5, "parsed_share": 5 / 6}
     row = ex.rows[0]
@@ -183,7 +203,7 @@ def test_extract(run):
     assert row["votes"] == [{"teacher": "t1", "action": CAT, "p_chosen": 0.6, "p_rejected": 0.4},
                             {"teacher": "t2", "action": CAT, "p_chosen": 0.7, "p_rejected": 0.3},
                             {"teacher": "t3", "action": LS, "p_chosen": 0.0, "p_rejected": 1.0}]
-    assert row["outcome_resolved"] is True and ex.rows[1]["outcome_resolved"] is False
+    assert row["outcome_resolved"] is True and ex.rows[2]["outcome_resolved"] is False
     a0 = next(s for s in ex.steps if (s["trace_id"], s["step"]) == ("A", 0))
     assert a0["student_agrees"] is False and a0["majority"] == CAT and a0["vote_entropy"] == pytest.approx(
         stats.entropy([2, 1], base=2))
@@ -198,7 +218,7 @@ def test_extract_counts_a_teacher_that_never_parses_and_errors(run):
     assert ex.problems["teachers_never_parsed"] == ["t4"] and ex.problems["teacher_errors"] == 1
     # t4 is expected at every queried step now: A1, A2, B1, C0 lack its records
     assert ex.problems["missing_teacher_records"] == 1 + 4
-    assert len(ex.rows) == 2  # a silent teacher does not vote
+    assert len(ex.rows) == 3  # a silent teacher does not vote
     ex = pairs.extract(by_trace, qs, teachers=["t1", "t2", "t3", "t5"])
     assert "t5" in ex.problems["teachers_never_parsed"]
 
@@ -241,6 +261,11 @@ def test_random_pairs(run):
     assert rnd[0]["margin"] == pytest.approx(ex.rows[0]["margin"] * (1 if rnd[0]["chosen_action"] == CAT else -1))
     orders = {pairs.random_pairs(ex, seed=s)[0]["chosen_action"] for s in range(20)}
     assert orders == {CAT, LS}
+    # A2 (rule 3): the candidates are cat and the student's malformed text, which stays its text as generated
+    a2 = pairs.random_pairs(ex, seed=0)[1]
+    assert {a2["chosen_action"], a2["rejected_action"]} == {CAT, "garbage"}
+    texts = {a2["chosen_action"]: a2["chosen"], a2["rejected_action"]: a2["rejected"]}
+    assert texts == {CAT: pairs.render_action(CAT), "garbage": "garbage"}
 
 
 def test_shuffled_pairs():
@@ -274,14 +299,14 @@ def test_dataset_save_load_and_trainer_columns(run, tmp_path):
     ds = pairs.to_dataset(ex.rows)
     saved = pairs.save(ds, tmp_path / "pairs")
     back = pairs.load(saved["dataset"])
-    assert back.column_names == ds.column_names and len(back) == 2
+    assert back.column_names == ds.column_names and len(back) == 3
     lines = [json.loads(x) for x in (tmp_path / "pairs.jsonl").read_text().splitlines()]
     assert [x["pair_id"] for x in lines] == [r["pair_id"] for r in ex.rows]
     assert lines[0]["prompt"] == ex.rows[0]["prompt"]  # Arrow's None-filled keys are dropped again
 
     path = tiny_model()
     tok = load_tokenizer(path)
-    assert len(encode_pairs(tok, back)) == 2  # the trainer's own encoder reads the dataset as saved
+    assert len(encode_pairs(tok, back)) == 3  # the trainer's own encoder reads the dataset as saved
     # with the student's tools, the DPO prompt renders the same tool block as a rollout prompt
     from composer.env.environment import tool_schemas
     with_tools = pairs.to_dataset(ex.rows, tool_schemas())
@@ -295,7 +320,7 @@ def test_dataset_save_load_and_trainer_columns(run, tmp_path):
     assert all(np.isfinite(with_ref["ref_chosen_logps"])) and all(x < 0 for x in with_ref["ref_rejected_logps"])
     assert with_ref["ref_chosen_logps"][0] != with_ref["ref_rejected_logps"][0]
     short, skipped = pairs.add_reference_logps(back, path, max_length=5)
-    assert skipped == 2 and len(short) == 0
+    assert skipped == 3 and len(short) == 0
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -347,6 +372,11 @@ def test_leave_one_teacher_out_hand_values():
         "t1": (1, 0), "t2": (1, 0), "t3": (1, 1)}
     pooled = loto["pooled"]
     assert (pooled["wins"], pooled["losses"], pooled["n"]) == (3, 1, 4)
+    # a malformed student call makes rule-3 pairs, but none the held-out teacher is asked about
+    by_trace["L"].append(step("L", 2, 3, None))
+    ex = pairs.extract(by_trace, qs + [query("L", 2, t, agree) for t in ("t1", "t2", "t3")])
+    assert [r["rule"] for r in ex.rows][-1] == "majority_over_malformed"
+    assert pairs.leave_one_teacher_out(ex)["pooled"]["n"] == 4
     assert pooled["p_value"] == pytest.approx(5 / 16)  # P(X >= 3 | n=4, 1/2)
     assert pooled["ci_low"] == pytest.approx(stats.wilson_interval(3, 4).low)
 
@@ -368,10 +398,11 @@ def test_disagreement_summary(run):
     ex = pairs.extract(by_trace, qs)
     s = pairs.disagreement_summary(ex.steps)
     assert s["majority_over_student"]["steps"] == 1 and s["student_over_minority"]["steps"] == 1
+    assert s["majority_over_malformed"] == {"steps": 1, "mean_gjs_bits": 0.0, "mean_vote_entropy_bits": 0.0}  # A2
     gjs_a0 = pairs.teacher_disagreement(ex.distributions[("A", 0)])
     assert s["majority_over_student"]["mean_gjs_bits"] == pytest.approx(gjs_a0)
-    # no pair, with >= 2 teachers: A1, A2 (all cat), B1 (one parsed teacher: GJS None, left out), C0 (duplicate)
-    assert s["no pair"]["steps"] == 3
+    # no pair, with >= 2 teachers: A1, B1 (one parsed teacher: GJS None, left out), C0 (duplicate)
+    assert s["no pair"]["steps"] == 2
 
 
 def test_describe(run):
