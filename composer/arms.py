@@ -103,10 +103,14 @@ class Plan:
                                  f"{sorted(self.pairs)}; got {arm.get('pairs')!r}")
         if self.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-        per_seed = self.grpo["steps"] * self.grpo["prompts_per_step"]
+        iterations = self.grpo.get("num_iterations", 1)
+        if self.grpo["steps"] % iterations:
+            raise ValueError(f"steps ({self.grpo['steps']}) must be a multiple of num_iterations ({iterations}): "
+                             "each generation is trained on num_iterations optimizer steps")
+        per_seed = tasks_per_seed(self.grpo)
         if per_seed > len(self.train):
-            raise ValueError(f"steps x prompts_per_step = {per_seed} tasks per seed, but the train split has "
-                             f"{len(self.train)}")
+            raise ValueError(f"steps / num_iterations x prompts_per_step = {per_seed} tasks per seed, but the train "
+                             f"split has {len(self.train)}")
         if not self.test:
             raise ValueError("no test tasks to evaluate on")
         overlap = {r["instance_id"] for r in self.train} & {r["instance_id"] for r in self.test}
@@ -236,7 +240,7 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
         train = [t for t, c in zip(candidates, successes) if 0 < c < p["generations"]]
         screened = {"task_ids": [t["instance_id"] for t in candidates], "successes": successes,
                     "samples": p["generations"], "kept": len(train)}
-        per_seed = p["steps"] * p["prompts_per_step"]
+        per_seed = tasks_per_seed({**p, **p["trainer_config"]})
         if len(train) < per_seed:
             raise ValueError(f"{len(train)} of {len(candidates)} screened train tasks succeed in some but not all of "
                              f"{p['generations']} rollouts at temperature {p['temperature']}; a seed trains on "
@@ -255,11 +259,17 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
                   "student": student, "screened": screened}
 
 
+def tasks_per_seed(grpo: dict) -> int:
+    """The train tasks one seed's GRPO samples: prompts_per_step per generation, and TRL generates once every
+    num_iterations optimizer steps (the others train on the same rollouts again)."""
+    return grpo["steps"] // grpo.get("num_iterations", 1) * grpo["prompts_per_step"]
+
+
 def seed_tasks(plan: Plan, seed: int) -> list[dict]:
     """The train tasks of one seed, in order: the same for every arm of that seed."""
     tasks = list(plan.train)
     random.Random(seed).shuffle(tasks)
-    return tasks[:plan.grpo["steps"] * plan.grpo["prompts_per_step"]]
+    return tasks[:tasks_per_seed(plan.grpo)]
 
 
 def _records_key(records: list[dict]) -> str:

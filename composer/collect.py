@@ -821,12 +821,14 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     `config` overrides any GRPOConfig field but the batch's: per_device_train_batch_size is the rollouts per forward
     and backward (see split_rollouts). recording_env=False uses the plain TRLCodingEnv (no environment-side
     log, no fault handling): the baseline of the recorder's overhead. `channels` (ComposerConfig's channel fields,
-    e.g. trace_replay_weight) makes it a ComposerTrainer, with `pairs_dataset` for the trace-replay channel."""
+    e.g. trace_replay_weight) makes it a ComposerTrainer, with `pairs_dataset` for the trace-replay channel. Either
+    generates through composer.turn_cache (each rollout's KV cache kept from one tool-calling turn to the next)."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from composer.models import load_tokenizer
     from composer.trainer import ComposerConfig, ComposerTrainer
+    from composer.turn_cache import with_turn_cache
 
     tokenizer = load_tokenizer(model_path)
     if "gradient_accumulation_steps" in config:
@@ -850,7 +852,7 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     else:
         args, trainer_cls = ComposerConfig(output_dir, **settings, **channels), ComposerTrainer
         extra["pairs_dataset"] = pairs_dataset
-    trainer = trainer_cls(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
+    trainer = with_turn_cache(trainer_cls)(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
                           processing_class=tokenizer,
                           environment_factory=recording_env_factory(env_config, call_timeout_s=call_timeout_s,
                                                                     faults=faults) if recording_env

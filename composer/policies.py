@@ -235,13 +235,14 @@ def prefill(model, ids: list[int], cache: DynamicCache) -> torch.Tensor:
 
 
 @torch.no_grad()
-def decode(model, caches: list[DynamicCache], logits: list[torch.Tensor], *, eos: int, max_new_tokens: int,
+def decode(model, caches: list[DynamicCache], logits: list[torch.Tensor], *, eos: int | set[int], max_new_tokens: int,
            temperature: float = 0.0, rngs: list[torch.Generator] | None = None) -> list[list[int]]:
     """One assistant turn for several prompts at once: each row continues from its own cache (as `prefill` left it,
-    `logits` its next-token logits) and stops at `eos` (kept) or the budget. The caches are copied, left-padded, into
+    `logits` its next-token logits) and stops at `eos` (an id or a set of them; kept) or the budget. The caches are copied, left-padded, into
     one batch, so each new token is one forward for all the rows still going; a row that ends leaves the batch, and
     the rows' own caches are left as they were. Greedy at temperature 0; otherwise row i samples from rngs[i] (the
     full distribution at `temperature`), so its tokens follow its own seed, not its batch."""
+    stop = {eos} if isinstance(eos, int) else set(eos)
     lengths = [c.get_seq_length() for c in caches]
     width = max(lengths)
     batch = reserved_cache(model)
@@ -260,7 +261,7 @@ def decode(model, caches: list[DynamicCache], logits: list[torch.Tensor], *, eos
         going = []
         for j, (row, token) in enumerate(zip(rows, tokens.tolist())):
             out[row].append(token)
-            if token != eos:
+            if token not in stop:
                 going.append(j)
         if not going or step == max_new_tokens - 1:
             break

@@ -52,6 +52,8 @@ def _pairs_file(tmp_path, text=None):
     (dict(arms={}), "at least one arm"),
     (dict(seeds=0), "seeds must be >= 1"),
     (dict(grpo=dict(steps=4, prompts_per_step=2)), "8 tasks per seed, but the train split has 6"),
+    (dict(grpo=dict(steps=16, prompts_per_step=2, num_iterations=4)), "8 tasks per seed, but the train split has 6"),
+    (dict(grpo=dict(steps=6, prompts_per_step=2, num_iterations=4)), r"steps \(6\) must be a multiple of num_iterations"),
     (dict(test=[_task(1)]), "also train tasks"),
     (dict(test=[]), "no test tasks"),
     (dict(evaluation=dict(k=2, temprature=1.0)), r"unknown settings \['temprature'\]"),
@@ -65,6 +67,8 @@ def test_every_arm_of_a_seed_trains_on_the_same_tasks_and_seeds_differ(tmp_path)
     plan = _plan(tmp_path)
     assert arms.seed_tasks(plan, 0) == arms.seed_tasks(plan, 0) and len(arms.seed_tasks(plan, 0)) == 2
     assert arms.seed_tasks(plan, 0) != arms.seed_tasks(plan, 1)
+    # TRL generates once every num_iterations optimizer steps: 12 steps at 4 iterations sample 3 x 2 tasks
+    assert len(arms.seed_tasks(_plan(tmp_path, grpo=dict(steps=12, prompts_per_step=2, num_iterations=4)), 0)) == 6
     trains = [j for j in arms.jobs(plan) if j["kind"] == "train"]
     assert [(j["arm"], j["seed"]) for j in trains] == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]
     assert trains[0]["pairs"] is None and trains[1]["pairs"] == plan.pairs["pairs"]
