@@ -323,12 +323,7 @@ def _train(plan: Plan, job: dict, out: Path) -> dict:
     trainer = collect.build_trainer(
         plan.student, seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
         recording_env=False, channels=job["channels"], pairs_dataset=dataset, **plan.grpo)
-    start = time.perf_counter()
-    try:
-        trainer.train()
-    finally:
-        collect.close_environments(trainer)
-    wall = time.perf_counter() - start
+    wall = collect.train_timed(trainer)
     trainer.save_model(str(out / "model"))  # every rank takes part; the main process writes
     trainer.accelerator.wait_for_everyone()
     if trainer.accelerator.is_main_process:

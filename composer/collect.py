@@ -815,14 +815,15 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
                   env_config: EnvConfig | None = None, call_timeout_s: float | None = 60.0,
                   faults: EnvFaults | None = None, seed: int = 0, temperature: float = 1.0,
                   learning_rate: float = 1e-5, checkpoint: bool = True, recording_env: bool = True,
-                  channels: dict | None = None, pairs_dataset=None, **config):
+                  channels: dict | None = None, pairs_dataset=None, turn_cache: bool = True, **config):
     """A GRPOTrainer over the embedded environment (RecordingEnv): by default CPU, offline, one generation batch
     of prompts_per_step x generations rollouts per optimizer step, a checkpoint after every step (resume);
     `config` overrides any GRPOConfig field but the batch's: per_device_train_batch_size is the rollouts per forward
     and backward (see split_rollouts). recording_env=False uses the plain TRLCodingEnv (no environment-side
     log, no fault handling): the baseline of the recorder's overhead. `channels` (ComposerConfig's channel fields,
     e.g. trace_replay_weight) makes it a ComposerTrainer, with `pairs_dataset` for the trace-replay channel. Either
-    generates through composer.turn_cache (each rollout's KV cache kept from one tool-calling turn to the next)."""
+    generates through composer.turn_cache (each rollout's KV cache kept from one tool-calling turn to the next);
+    turn_cache=False leaves TRL's own generation (the baseline of `python -m composer bench turns`)."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -852,7 +853,9 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     else:
         args, trainer_cls = ComposerConfig(output_dir, **settings, **channels), ComposerTrainer
         extra["pairs_dataset"] = pairs_dataset
-    trainer = with_turn_cache(trainer_cls)(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
+    if turn_cache:
+        trainer_cls = with_turn_cache(trainer_cls)
+    trainer = trainer_cls(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
                           processing_class=tokenizer,
                           environment_factory=recording_env_factory(env_config, call_timeout_s=call_timeout_s,
                                                                     faults=faults) if recording_env
@@ -892,6 +895,16 @@ def collect_trl(model_path, instances: list[dict], run_dir, *, trace_path=None, 
                       repairs=recorder.resume.notes if recorder else [], resumed_from=last, wall_s=wall,
                       recorder_s=recorder.seconds if recorder else 0.0, log_history=trainer.state.log_history,
                       instances=instances)
+
+
+def train_timed(trainer) -> float:
+    """trainer.train(), then close its environments (whether or not it finished); the training's wall-clock s."""
+    start = time.perf_counter()
+    try:
+        trainer.train()
+    finally:
+        close_environments(trainer)
+    return time.perf_counter() - start
 
 
 def close_environments(trainer) -> None:

@@ -235,8 +235,9 @@ def prefill(model, ids: list[int], cache: DynamicCache) -> torch.Tensor:
 
 
 @torch.no_grad()
-def decode(model, caches: list[DynamicCache], logits: list[torch.Tensor], *, eos: int | set[int], max_new_tokens: int,
-           temperature: float = 0.0, rngs: list[torch.Generator] | None = None) -> list[list[int]]:
+def decode(model, caches: list[DynamicCache], logits: list[torch.Tensor], *, eos: int | set[int],
+           max_new_tokens: int, temperature: float = 0.0,
+           rngs: list[torch.Generator] | None = None) -> list[list[int]]:
     """One assistant turn for several prompts at once: each row continues from its own cache (as `prefill` left it,
     `logits` its next-token logits) and stops at `eos` (an id or a set of them; kept) or the budget. The caches are copied, left-padded, into
     one batch, so each new token is one forward for all the rows still going; a row that ends leaves the batch, and
