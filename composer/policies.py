@@ -217,14 +217,20 @@ def _prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer(render(tokenizer, messages, add_generation_prompt=True), add_special_tokens=False).input_ids
 
 
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens the two sequences share."""
+    n = min(len(a), len(b))
+    diff = (torch.tensor(a[:n], dtype=torch.long) != torch.tensor(b[:n], dtype=torch.long)).nonzero()
+    return int(diff[0]) if len(diff) else n
+
+
 @torch.no_grad()
 def prefill(model, ids: list[int], cache: DynamicCache) -> torch.Tensor:
     """Bring `cache` to the prompt `ids` and return the logits that follow it. The cache keeps the prefix it shares
     with the prompt it last saw and encodes only the rest, so a turn costs its new messages, not the whole
     conversation again."""
-    keep, cached, prev = 0, cache.get_seq_length(), getattr(cache, "token_ids", [])
-    while keep < min(cached, len(prev), len(ids) - 1) and prev[keep] == ids[keep]:
-        keep += 1
+    cached = cache.get_seq_length()
+    keep = min(shared_prefix(getattr(cache, "token_ids", []), ids), cached, len(ids) - 1)
     if keep < cached:
         cache.crop(keep - cached)
     positions = torch.arange(keep, len(ids), device=model.device)[None]

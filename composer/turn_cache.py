@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 from trl.models.utils import unwrap_model_for_generation
 
-from composer.policies import decode, prefill
+from composer.policies import decode, prefill, shared_prefix
 
 # GenerationConfig fields the fast path reproduces: any value, or only these (no top-p/top-k/min-p filtering, no
 # repetition penalty)
@@ -75,7 +75,7 @@ class TurnCache:
         prefix with it (its own from the turn before); else a copy of the taken one sharing most (a GRPO group's
         rows share their first prompt, then part ways); else a new one. prefill checks the shared prefix token by
         token, so the choice only decides how much is encoded again."""
-        shared = [(_shared_prefix(cache.token_ids, ids), cache) for cache in self._turn_caches]
+        shared = [(shared_prefix(cache.token_ids, ids), cache) for cache in self._turn_caches]
         free = [(n, cache) for n, cache in shared if n and id(cache) not in taken]
         used = [(n, cache) for n, cache in shared if n and id(cache) in taken]
         if free:
@@ -89,14 +89,6 @@ class TurnCache:
             self._turn_caches.append(cache)
         taken.add(id(cache))
         return cache
-
-
-def _shared_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = (torch.tensor(a[:n]) != torch.tensor(b[:n])).nonzero()
-    return int(diff[0]) if len(diff) else n
 
 
 def with_turn_cache(trainer_cls: type) -> type:

@@ -43,7 +43,7 @@ def test_greedy_turns_are_trls_tokens_and_encode_only_what_is_new(tmp_path, monk
     assert first == _stock(trainer, rows) and logprobs is None
     # the second row of a starts from a copy of the first's cache; b from another copy, cropped to the chat
     # template's opening it shares with a
-    assert seen == [0, len(a), len(a)] and 0 < turn_cache._shared_prefix(a, b) < len(b)
+    assert seen == [0, len(a), len(a)] and 0 < turn_cache.shared_prefix(a, b) < len(b)
     assert len(trainer._turn_caches) == 3
     second_rows = [a + first[0] + suffix, b + first[2] + suffix]  # the loop's next turn for two of the rows
     seen.clear()
