@@ -57,6 +57,7 @@ from trl import GRPOConfig
 from composer import tether
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
+from composer.policies import ENGINES
 from composer.trainer import ComposerConfig, check_channels
 
 BASELINE = "baseline"
@@ -65,6 +66,8 @@ CHANNEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ComposerConfig
 GRPO_DEFAULTS = dict(steps=1, prompts_per_step=1, generations=2, max_completion_length=1024,
                      max_tool_calling_iterations=12, temperature=1.0, learning_rate=1e-5)
 EVAL_DEFAULTS = dict(k=1, temperature=0.0, max_new_tokens=160, seed=0)
+# and "engine" (policies.ENGINES), named only for vLLM: a transformers evaluation keeps the key it had before
+EVAL_SETTINGS = {*EVAL_DEFAULTS, "engine"}
 
 
 @dataclass
@@ -86,9 +89,11 @@ class Plan:
     def __post_init__(self):
         self.student = str(self.student)
         self.grpo = {**GRPO_DEFAULTS, **self.grpo}
-        unknown = set(self.evaluation) - set(EVAL_DEFAULTS)
+        unknown = set(self.evaluation) - EVAL_SETTINGS
         if unknown:
-            raise ValueError(f"evaluation: unknown settings {sorted(unknown)}; known: {sorted(EVAL_DEFAULTS)}")
+            raise ValueError(f"evaluation: unknown settings {sorted(unknown)}; known: {sorted(EVAL_SETTINGS)}")
+        if self.evaluation.get("engine", "transformers") not in ENGINES:
+            raise ValueError(f"evaluation: engine must be one of {ENGINES}, got {self.evaluation['engine']!r}")
         self.evaluation = {**EVAL_DEFAULTS, **self.evaluation}
         if not self.arms or BASELINE in self.arms:
             raise ValueError(f"arms must name at least one arm, none called {BASELINE!r}; got {list(self.arms)}")
@@ -136,7 +141,7 @@ def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict
 
 
 def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, max_new_tokens: int, env: EnvConfig,
-           seed: int = 0) -> list[int]:
+           seed: int = 0, engine: str = "transformers") -> list[int]:
     """Successes in `n` sampled rollouts of the student on each task (policies.evaluate at GRPO's temperature),
     measured once: cached under run_dir/inputs/screen-<hash of everything that determines them>. GRPO learns only
     from a group whose rewards differ, so 004 can train on the tasks whose success rate is strictly between 0
@@ -146,12 +151,13 @@ def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, m
 
     def build(tmp: Path):
         _, runs = policies.evaluate(student, tasks, k=1, n=n, temperature=temperature, seed=seed, env_config=env,
-                                    max_new_tokens=max_new_tokens, return_rollouts=True)
+                                    max_new_tokens=max_new_tokens, return_rollouts=True, engine=engine)
         successes = [sum(reward == 1.0 for _, _, reward, _ in runs[i * n:(i + 1) * n]) for i in range(len(tasks))]
         (tmp / "result.json").write_text(json.dumps({"successes": successes}), encoding="utf-8")
 
     key = config_hash(student=Path(student).name, tasks=_records_key(tasks), n=n, temperature=temperature,
-                      max_new_tokens=max_new_tokens, env=dataclasses.asdict(env), seed=seed, **versions())
+                      max_new_tokens=max_new_tokens, env=dataclasses.asdict(env), seed=seed, **versions(),
+                      **({"engine": engine} if engine != "transformers" else {}))
     return read(publish(Path(run_dir) / "inputs" / f"screen-{key}", build))["successes"]
 
 
@@ -232,11 +238,14 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
     leaked = sorted({t for info in inputs.values() for t in pairs.load(info["path"])["task_id"]} & test_ids)
     if leaked:
         raise ValueError(f"pairs come from test tasks ({leaked[:3]}): the evaluation would not be held out")
+    # One switch: GRPO generating through vLLM (TRL's use_vllm) makes the screening and evaluations use it too.
+    # Only then is the engine named, so the transformers path's cached jobs keep their keys.
+    engine = {"engine": "vllm"} if p["trainer_config"].get("use_vllm") else {}
     screened = None
     if p["screen_tasks"]:
         candidates = train[:p["screen_tasks"]]
         successes = screen(student, candidates, run_dir, n=p["generations"], temperature=p["temperature"],
-                           max_new_tokens=max_new_tokens, env=env, seed=p["seed"])
+                           max_new_tokens=max_new_tokens, env=env, seed=p["seed"], **engine)
         train = [t for t, c in zip(candidates, successes) if 0 < c < p["generations"]]
         screened = {"task_ids": [t["instance_id"] for t in candidates], "successes": successes,
                     "samples": p["generations"], "kept": len(train)}
@@ -252,7 +261,7 @@ def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
                   max_completion_length=p["max_completion_length"],
                   max_tool_calling_iterations=p["max_tool_calling_iterations"], temperature=p["temperature"],
                   learning_rate=p["learning_rate"], **p["trainer_config"]),
-        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=max_new_tokens,
+        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=max_new_tokens, **engine,
                         seed=p["seed"]),
         env=env)
     return plan, {"pairs_source": pairs_source, "inputs": inputs, "oracle": oracle, "profile": profile,
@@ -393,7 +402,7 @@ def _evaluate(plan: Plan, job: dict, model: Path, shard: tuple[int, int] = (0, 1
     _, runs = policies.evaluate(model, plan.test, k=1, n=settings["k"], temperature=settings["temperature"],
                                 seed=settings["seed"], env_config=plan.env,
                                 max_new_tokens=settings["max_new_tokens"], return_rollouts=True, shard=shard,
-                                device=device)
+                                device=device, engine=settings.get("engine", "transformers"))
     wall = time.perf_counter() - start
     k = settings["k"]
     task_ids = [r["instance_id"] for r in plan.test][shard[0]::shard[1]]

@@ -13,6 +13,7 @@
     messages, reward, info = policies.rollout(model, tok, env, records[0], temperature=0.0)
     results = policies.rollouts(model, tok, envs, [(r, seed) for r in records])  # len(envs) episodes in lockstep
     scores = policies.evaluate(path, records, k=1)               # {instance_id: pass@1}, 16 episodes in lockstep
+    scores = policies.evaluate(path, records, engine="vllm")     # the same through vLLM (GPU; composer.vllm_engine)
 
 Both policies write the same conversation, in the format TRL and the environment use: a system
 message, the task as the user message (problem statement, instructions and file list: what
@@ -31,7 +32,9 @@ that the failing test run then corrects, or a submit without re-running the test
 """
 
 import ast
+import functools
 import json
+import os
 import random
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +52,7 @@ SYSTEM = ("You are a coding agent in a Python repository. Fix the reported bug w
 # Short episodes and clipped observations: every token of context costs on 2 CPU cores, and a
 # tiny model learns a 6-step loop far more easily than a 30-step one.
 ENV_CONFIG = EnvConfig(max_steps=8, max_observation_chars=1200, test_timeout_s=10.0)
+ENGINES = ("transformers", "vllm")  # what generates an evaluation's turns (evaluate)
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
@@ -308,14 +312,18 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
     info) per episode, in order.
 
     Each turn every running episode's conversation is rendered and brought into its own KV cache (`prefill`), and
-    their next assistant messages are decoded together (`decode`); then each episode's environment takes its
+    their next assistant messages are decoded together (`decode`) -- or, when `model` is a vllm_engine.VLLMPolicy,
+    generated in one vLLM batch from the rendered conversations; then each episode's environment takes its
     message's tool call. Text with no well-formed call goes to the environment as a call of the tool "" (an error
     observation that counts as a step, as a broken call would on a real agent harness). An episode ends when its
     environment says so, after max_steps turns, or when its context cannot hold another turn. An episode's tokens
     do not depend on the others in its lockstep batch, up to the float rounding that batching brings (which can
     flip a near-tie token)."""
+    from composer.vllm_engine import VLLMPolicy
+
     limit = getattr(model.config, "max_position_embeddings", None)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    generate = model.turns if isinstance(model, VLLMPolicy) else functools.partial(transformers_turns, model)
     results = []
     # The environments' steps wait mostly on their sandboxed test runs: they run side by side.
     with ThreadPoolExecutor(max_workers=len(envs)) as pool:
@@ -324,8 +332,7 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
             for env, (instance, seed) in zip(envs, episodes[start:start + len(envs)]):
                 obs = env.reset(instance=instance)
                 state.append(dict(
-                    env=env, obs=obs, done=False, cache=DynamicCache(config=model.config),
-                    rng=torch.Generator(device=model.device).manual_seed(seed),
+                    env=env, obs=obs, done=False, seed=seed,
                     messages=[{"role": "system", "content": system}, {"role": "user", "content": obs.text}],
                     info={"instance_id": instance["instance_id"], "steps": 0, "malformed": 0, "submitted": False,
                           "truncated": False, "context_full": False}))
@@ -337,10 +344,7 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
                 running = [ep for ep in running if not ep["info"]["context_full"]]
                 if not running:
                     break
-                logits = [prefill(model, ep["ids"], ep["cache"]) for ep in running]
-                turns = decode(model, [ep["cache"] for ep in running], logits, eos=eos,
-                               max_new_tokens=max_new_tokens, temperature=temperature,
-                               rngs=[ep["rng"] for ep in running])
+                turns = generate(running, eos=eos, max_new_tokens=max_new_tokens, temperature=temperature)
                 texts = [tokenizer.decode(new, skip_special_tokens=False).removesuffix("<|im_end|>")
                          for new in turns]
                 list(pool.map(_act, running, texts, [step] * len(running)))
@@ -350,6 +354,20 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
             results += [(ep["messages"], float(ep["obs"].reward or 0.0) if ep["done"] else 0.0, ep["info"])
                         for ep in state]
     return results
+
+
+def transformers_turns(model, running: list[dict], *, eos: int, max_new_tokens: int,
+                       temperature: float) -> list[list[int]]:
+    """The next turn's tokens of each running episode (its `ids`: the rendered conversation) under transformers:
+    each episode's prompt into its own KV cache (`prefill`, kept across its turns), then all decoded together, each
+    sampling from its own generator seeded with the episode's seed."""
+    for ep in running:
+        if "cache" not in ep:
+            ep["cache"] = DynamicCache(config=model.config)
+            ep["rng"] = torch.Generator(device=model.device).manual_seed(ep["seed"])
+    logits = [prefill(model, ep["ids"], ep["cache"]) for ep in running]
+    return decode(model, [ep["cache"] for ep in running], logits, eos=eos, max_new_tokens=max_new_tokens,
+                  temperature=temperature, rngs=[ep["rng"] for ep in running])
 
 
 def _act(ep: dict, text: str, step: int) -> None:
@@ -373,14 +391,17 @@ def _act(ep: dict, text: str, step: int) -> None:
 
 def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = None, temperature: float = 0.0,
              seed: int = 0, env_config: EnvConfig = ENV_CONFIG, max_new_tokens: int = 160,
-             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None, batch_size: int = 16):
+             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None, batch_size: int = 16,
+             engine: str = "transformers"):
     """Unbiased pass@k per task ({instance_id: score}) from n >= k rollouts each (n defaults to k).
 
     Sampling with temperature 0 is greedy, so n > 1 then only repeats the same rollout. With
     return_rollouts, also the list of (instance_id, messages, reward, info). shard=(rank, world): only tasks
     rank, rank + world, ..., each with the seeds it has in the whole list, so a launch's shards together are
     the one-process evaluation (up to the float rounding of other lockstep batches, see rollouts). device: where
-    the model runs (default: the GPU when there is one). batch_size: episodes run in lockstep (rollouts)."""
+    the model runs (default: the GPU when there is one). batch_size: episodes run in lockstep (rollouts). engine:
+    "transformers" (CPU or GPU) or "vllm" (the GPU path: composer.vllm_engine, one engine per shard's process; device
+    does not apply)."""
     from composer.models import load_model, load_tokenizer
     from composer.stats import pass_at_k
 
@@ -389,10 +410,17 @@ def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = Non
         raise ValueError(f"shard {shard}: (rank, world) with 0 <= rank < world")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (episodes in lockstep), got {batch_size}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     n = n or k
-    device = device or ("cuda" if torch.cuda.is_available() else None)
-    model, tokenizer = load_model(model_path, device=device), load_tokenizer(model_path)
-    model.eval()
+    if engine == "vllm":
+        from composer import vllm_engine
+
+        model = vllm_engine.load(model_path, rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+                                 world=world)
+    else:
+        model = load_model(model_path, device=device or ("cuda" if torch.cuda.is_available() else None)).eval()
+    tokenizer = load_tokenizer(model_path)
     mine = [(i, record) for i, record in enumerate(records) if i % world == rank]
     episodes = [(record, seed + 1000 * i + j) for i, record in mine for j in range(n)]
     # at least one environment: a shard may have no tasks
