@@ -13,7 +13,7 @@
     messages, reward, info = policies.rollout(model, tok, env, records[0], temperature=0.0)
     results = policies.rollouts(model, tok, envs, [(r, seed) for r in records])  # len(envs) episodes in lockstep
     scores = policies.evaluate(path, records, k=1)               # {instance_id: pass@1}, 16 episodes in lockstep
-    scores = policies.evaluate(path, records, engine="vllm")     # the same through vLLM (GPU; composer.vllm_engine)
+    scores = policies.evaluate(path, records, engine="vllm")     # the same through vLLM (GPU), all episodes in one batch
 
 Both policies write the same conversation, in the format TRL and the environment use: a system
 message, the task as the user message (problem statement, instructions and file list: what
@@ -391,24 +391,25 @@ def _act(ep: dict, text: str, step: int) -> None:
 
 def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = None, temperature: float = 0.0,
              seed: int = 0, env_config: EnvConfig = ENV_CONFIG, max_new_tokens: int = 160,
-             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None, batch_size: int = 16,
-             engine: str = "transformers"):
+             return_rollouts: bool = False, shard: tuple[int, int] = (0, 1), device=None,
+             batch_size: int | None = None, engine: str = "transformers"):
     """Unbiased pass@k per task ({instance_id: score}) from n >= k rollouts each (n defaults to k).
 
     Sampling with temperature 0 is greedy, so n > 1 then only repeats the same rollout. With
     return_rollouts, also the list of (instance_id, messages, reward, info). shard=(rank, world): only tasks
     rank, rank + world, ..., each with the seeds it has in the whole list, so a launch's shards together are
     the one-process evaluation (up to the float rounding of other lockstep batches, see rollouts). device: where
-    the model runs (default: the GPU when there is one). batch_size: episodes run in lockstep (rollouts). engine:
-    "transformers" (CPU or GPU) or "vllm" (the GPU path: composer.vllm_engine, one engine per shard's process; device
-    does not apply)."""
+    the model runs (default: the GPU when there is one). batch_size: episodes run in lockstep (rollouts); default 16
+    under transformers (its padded batch), and every episode of the shard under vLLM, which schedules its own batches.
+    engine: "transformers" (CPU or GPU) or "vllm" (the GPU path: composer.vllm_engine, one engine per shard's
+    process; device does not apply)."""
     from composer.models import load_model, load_tokenizer
     from composer.stats import pass_at_k
 
     rank, world = shard
     if not 0 <= rank < world:
         raise ValueError(f"shard {shard}: (rank, world) with 0 <= rank < world")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (episodes in lockstep), got {batch_size}")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
@@ -423,6 +424,8 @@ def evaluate(model_path, records: list[dict], *, k: int = 1, n: int | None = Non
     tokenizer = load_tokenizer(model_path)
     mine = [(i, record) for i, record in enumerate(records) if i % world == rank]
     episodes = [(record, seed + 1000 * i + j) for i, record in mine for j in range(n)]
+    if batch_size is None:
+        batch_size = len(episodes) if engine == "vllm" else 16
     # at least one environment: a shard may have no tasks
     envs = [CodingEnv(records, env_config) for _ in range(max(1, min(batch_size, len(episodes))))]
     try:

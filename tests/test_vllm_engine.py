@@ -80,6 +80,16 @@ def test_a_greedy_evaluation_through_vllm_is_the_transformers_one(fake_vllm):
     assert len({p.seed for p in params}) == len(params)  # every episode's every turn its own sampling seed
 
 
+def test_vllm_gets_every_episode_of_the_shard_in_one_batch(fake_vllm):
+    """vLLM schedules its own batches, so by default evaluate hands it all the episodes at once (transformers: 16)."""
+    path = tiny_model("policy-test")
+    records = tasks.generate(40, seed=0, split="test")
+    policies.evaluate(path, records, engine="vllm", shard=(0, 2), env_config=EnvConfig(max_steps=1),
+                      max_new_tokens=2)
+    (llm,) = fake_vllm.built
+    assert [len(prompts) for prompts, _ in llm.calls] == [20]
+
+
 def test_each_process_of_a_launch_builds_its_own_engine(fake_vllm):
     path = tiny_model("policy-test")
     model = vllm_engine.load(path, rank=1, local_rank=0, world=2)
