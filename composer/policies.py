@@ -46,6 +46,7 @@ from transformers import DynamicCache
 
 from composer.env.environment import CodingAction, CodingEnv, EnvConfig, gold_edits, tool_schemas
 from composer.kvcache import reserved_cache
+from composer.vllm_engine import VLLMPolicy
 
 SYSTEM = ("You are a coding agent in a Python repository. Fix the reported bug with the tools: "
           "one tool call per turn; submit when the tests pass.")
@@ -319,8 +320,6 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
     environment says so, after max_steps turns, or when its context cannot hold another turn. An episode's tokens
     do not depend on the others in its lockstep batch, up to the float rounding that batching brings (which can
     flip a near-tie token)."""
-    from composer.vllm_engine import VLLMPolicy
-
     limit = getattr(model.config, "max_position_embeddings", None)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     generate = model.turns if isinstance(model, VLLMPolicy) else functools.partial(transformers_turns, model)

@@ -344,3 +344,24 @@ def test_a_training_runs_under_a_two_process_launcher(tmp_path):
     with pytest.raises(RuntimeError, match="exited with"):
         arms.run(dataclasses.replace(plan, seeds=2), tmp_path, progress=False, train_only=True,
                  launch=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-such-flag"])
+
+
+def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monkeypatch):
+    """TRL's GRPOConfig turns gradient checkpointing on, and a checkpointed model keeps no cache, so
+    trainer.completion_token_logps would encode each pair's ~3,500-token prompt once per row (chosen, rejected) and
+    recompute it in the backward. The report profile's trainer_config turns it off for 004's train jobs."""
+    from composer import run, trainer
+
+    report = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo", profile="report")[0]
+    plan, _ = arms.plan_from_parameters(
+        _parameters(pairs_dir=str(tmp_path / "none"), seeds=1, trainer_config=report["trainer_config"]), tmp_path)
+    (job,) = [j for j in arms.jobs(plan) if j["kind"] == "train" and j["arm"] == "B"]
+    calls = {"shared": 0, "whole rows": 0}
+    for name, key in (("completion_token_logps", "shared"), ("_whole_rows_logps", "whole rows")):
+        def counted(*args, _f=getattr(trainer, name), _key=key, **kwargs):
+            calls[_key] += 1
+            return _f(*args, **kwargs)
+        monkeypatch.setattr(trainer, name, counted)
+    result = arms._train(plan, job, tmp_path / "job")
+    assert any("trace_replay/reward_accuracy" in h for h in result["log"])  # the DPO channel ran
+    assert calls["shared"] > 0 and calls["whole rows"] == 0
