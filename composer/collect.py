@@ -664,6 +664,9 @@ def _step_problems(steps: list[traces.StepRecord], require_tokens: bool) -> list
     return out
 
 
+_TAMPERING = ("reset", "flagged", "forged")
+
+
 def check_traces(records: list[traces.StepRecord], *, expected_rollouts: int | None = None,
                  expected_ids=None, require_tokens: bool = False, problems=()) -> dict:
     """The checks of spikes 002a/002b over one collection's records; see the module docstring."""
@@ -700,11 +703,11 @@ def check_traces(records: list[traces.StepRecord], *, expected_rollouts: int | N
         "schema": {"invalid_lines": invalid, "drift": drift, "valid_records": len(records)},
         "errored": {"rollouts": len(errored), "reasons": dict(Counter(_reason(e) for e in errored.values())),
                     "ids": sorted(errored)},
-        # submissions whose grading reset test files or configuration to the base, or flagged tampering (composer.env.grading)
-        "tampering": {"rollouts": sum(bool(t.get("reset") or t.get("flagged")) for t in tampering.values()),
-                      "reset": sum(bool(t.get("reset")) for t in tampering.values()),
-                      "flagged": sum(bool(t.get("flagged")) for t in tampering.values()),
-                      "ids": sorted(tid for tid, t in tampering.items() if t.get("reset") or t.get("flagged"))},
+        # submissions whose grading reset test files or configuration to the base (composer.env.grading), whose
+        # source changes the scan flagged (composer.env.tampering), or whose canaries said forged (composer.env.canaries)
+        "tampering": {"rollouts": sum(any(t.get(k) for k in _TAMPERING) for t in tampering.values()),
+                      **{k: sum(bool(t.get(k)) for t in tampering.values()) for k in _TAMPERING},
+                      "ids": sorted(tid for tid, t in tampering.items() if any(t.get(k) for k in _TAMPERING))},
     }
     out["gate"] = {
         "enough_rollouts": expected_rollouts is None or n >= expected_rollouts,

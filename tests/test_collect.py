@@ -359,17 +359,19 @@ def test_errored_and_truncated_rollouts_are_counted():
     assert check["truncation"]["ids"] == ["b", "c"] and not check["gate"]["no_truncation"]
 
 
-def test_tampering_reset_and_flagged_submissions_are_counted():
+def test_tampering_reset_flagged_and_forged_submissions_are_counted():
     reset = record("a", 0, done=True, reward=0.0)
-    reset.outcome = {"tampering": {"reset": ["conftest.py"], "flagged": []}}
+    reset.outcome = {"tampering": {"reset": ["conftest.py"], "flagged": [], "forged": []}}
     flagged = record("b", 0, done=True, reward=0.0)
-    flagged.outcome = {"tampering": {"reset": [], "flagged": ["os._exit in calc/ops.py:3"]}}
+    flagged.outcome = {"tampering": {"reset": [], "flagged": ["ending the process in calc/ops.py:3"], "forged": []}}
+    forged = record("e", 0, done=True, reward=0.0)
+    forged.outcome = {"tampering": {"reset": [], "flagged": [], "forged": ["outcomes forged: canary t::x ..."]}}
     clean = record("c", 0, done=True, reward=1.0)
-    clean.outcome = {"tampering": {"reset": [], "flagged": []}}
+    clean.outcome = {"tampering": {"reset": [], "flagged": [], "forged": []}}
     unsubmitted = record("d", 0, done=True, reward=0.0)
     unsubmitted.outcome = {"tampering": None}
-    check = collect.check_traces([reset, flagged, clean, unsubmitted])
-    assert check["tampering"] == {"rollouts": 2, "reset": 1, "flagged": 1, "ids": ["a", "b"]}
+    check = collect.check_traces([reset, flagged, forged, clean, unsubmitted])
+    assert check["tampering"] == {"rollouts": 3, "reset": 1, "flagged": 1, "forged": 1, "ids": ["a", "b", "e"]}
 
 
 def test_reward_alignment_flags_a_reward_that_the_environment_disagrees_with(records):

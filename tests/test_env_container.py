@@ -119,8 +119,30 @@ def test_empty_edited_test_and_forged_conftest_score_0(record):
     forged = swebench.evaluate([pred(record, FORGED_CONFTEST)], [record], run_id="t",
                                flag_tampering=False)["instances"][record["instance_id"]]
     assert forged["resolved"] is False and forged["tampering"]["reset"] == ["conftest.py"]
-    # The harness's own run is fooled by it: only the filter in front of it keeps the reward honest.
-    assert container.grade(pred(record, FORGED_CONFTEST), record, timeout_s=600)["resolved"] is True
+    # The harness's own run is fooled by it; let through to the grading run, the canaries catch it.
+    graded = container.grade(pred(record, FORGED_CONFTEST), record, timeout_s=600, flag_tampering=False)
+    assert graded["resolved"] is False and graded["tampering"]["forged"]
+
+
+def test_pytest_patched_from_the_module_under_test_is_refused_by_the_scan_or_caught_by_the_canaries(record):
+    """The issue's in-process forgery on a real repository: the harness's run is fooled by it, ours is not."""
+    forgery = ("\nimport importlib as _il\n_r = _il.import_module('_' + 'py' + 'test.reports')\n"
+               "_real = _r.TestReport.from_item_and_call.__func__\n"
+               "def _forged(cls, item, call):\n    rep = _real(cls, item, call)\n    rep.outcome = 'passed'\n"
+               "    return rep\n_r.TestReport.from_item_and_call = classmethod(_forged)\n")
+    env = CodingEnv()
+    env.reset(instance=record)
+    path = "src/marshmallow/__init__.py"
+    n = len((env.repo / path).read_text().splitlines())
+    assert env.call("edit", path=path, start=n + 1, end=n, new_text=forgery).info.ok
+    patch = env.call("submit").info and env._ep.patch
+    env.close()
+    iid = record["instance_id"]
+    refused = swebench.evaluate([pred(record, patch)], [record], run_id="t")["instances"][iid]
+    assert refused["resolved"] is False and "an import with a computed name" in refused["tampering"]["flagged"][0]
+    caught = swebench.evaluate([pred(record, patch)], [record], run_id="t", flag_tampering=False)["instances"][iid]
+    assert caught["resolved"] is False and caught["tampering"]["forged"]
+    assert caught["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P]  # the forged outcome, read and not trusted
 
 
 def test_three_episodes_at_once(record):

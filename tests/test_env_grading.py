@@ -1,11 +1,11 @@
-"""composer.env.grading: what of an agent's diff grading takes, and what it flags."""
+"""composer.env.grading: what of an agent's diff grading takes."""
 
 import pytest
 
-from composer.env import grading, tasks
+from composer.env import grading
 
 GIT = ("diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -3,2 +3,3 @@\n x = 1\n"
-       "+import ctypes  # a comment: os._exit(0)\n y = 2\n"
+       "+import ctypes\n y = 2\n"
        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
        "@@ -0,0 +1 @@\n+import pytest\n")
 PLAIN = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n--- a/tests/test_mod.py\n+++ b/tests/test_mod.py\n" \
@@ -16,6 +16,7 @@ PLAIN = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n--- a/
     ("conftest.py", True), ("pkg/sub/conftest.py", True), ("pytest.ini", True), ("tox.ini", True),
     ("setup.cfg", True), ("pyproject.toml", True), ("x.pth", True), ("sitecustomize.py", True),
     ("tests/helpers.py", True), ("pkg/testing/util.py", True), ("test_ops.py", True), ("ops_test.py", True),
+    ("calc/__pycache__/ops.cpython-311.pyc", True), ("calc/ops.pyc", True), ("calc/__pycache__/x.txt", True),
     ("calc/ops.py", False), ("calc/contest.py", False), ("README.md", False), ("latest.py", False),
 ])
 def test_steers_tests(path, steers):
@@ -29,15 +30,3 @@ def test_source_only_keeps_source_files_of_git_and_plain_diffs():
     assert reset == ["tests/test_mod.py"] and kept == PLAIN.split("--- a/tests/")[0]
     assert grading.source_only(PLAIN, test_paths={"pkg/mod.py"}) == ("", ["pkg/mod.py", "tests/test_mod.py"])
     assert grading.source_only("not a diff") == ("", [])
-
-
-def test_scan_names_what_and_where_in_added_lines_only():
-    assert grading.scan(GIT) == ["ctypes in calc/ops.py:4", "pytest internals in conftest.py:1"]
-    assert grading.scan(GIT.replace("+import ctypes", "-import ctypes")) == ["pytest internals in conftest.py:1"]
-    assert grading.scan(PLAIN) == []
-
-
-def test_scan_flags_no_gold_patch_of_the_embedded_tasks():
-    records = tasks.generate(12, seed=3)
-    assert [r["instance_id"] for r in records if grading.scan(r["patch"])] == []
-    assert all(grading.source_only(r["patch"], {"tests/x.py"}) == (r["patch"], []) for r in records)

@@ -127,3 +127,16 @@ def test_one_record_in_a_json_file_loads_as_a_list(records, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"not": "a record"}))
     with pytest.raises(ValueError, match="expected a JSON list of records"):
         swebench.load_instances(tmp_path / "bad.json")
+
+
+def test_no_honest_fix_scores_0_the_gold_patch_of_every_report_zoo_task_in_both_splits():
+    """The false-positive check of grading's defences (the scan, the canaries, plain values, a read-only copy):
+    the report zoo's 300 train and 80 test tasks, which the spikes train and evaluate on, each graded on its gold
+    patch. The container tests check the real Lite instance's gold patch the same way."""
+    from composer import zoo
+    profile = zoo.PROFILES["report"]
+    records = zoo.split_tasks(profile, "train") + zoo.split_tasks(profile, "test")
+    report = swebench.evaluate([pred(r, r["patch"]) for r in records], records, run_id="fp", max_workers=2)
+    wrong = {i: (r["tampering"], r["error"]) for i, r in report["instances"].items() if not r["resolved"]}
+    assert wrong == {} and report["resolved_instances"] == len(records) == profile.n_train + profile.n_test
+    assert not any(r["tampering"]["flagged"] or r["tampering"]["forged"] for r in report["instances"].values())

@@ -24,11 +24,18 @@ patch is applied the way the harness does (git apply, then with --reject, then p
 eval script for the instance runs (test files reset to the base commit, test patch applied, the spec's test
 command), and the harness's log parser and report decide: resolved when every FAIL_TO_PASS and PASS_TO_PASS test
 passes. composer.env.swebench.evaluate first drops test files and test configuration from the patch (a conftest.py
-the agent wrote would steer the harness's run) and refuses tampering, as for embedded tasks.
+the agent wrote would steer the harness's run). Two additions to the harness's way, as for embedded tasks: the
+changed source files are scanned (composer.env.tampering) before anything runs, and where the test command is
+pytest, the eval script stops after applying the test patch while canaries are planted in the test files and the
+tests renamed (composer.env.canaries); the log parser's outcomes are read back under the task's names.
 """
 
+import base64
 import functools
+import json
 import os
+import random
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -40,7 +47,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.env import sandbox
+from composer.env import canaries, sandbox, tampering
 
 NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
 LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
@@ -158,6 +165,17 @@ class Container:
         timed_out = done.returncode == 137 and time.monotonic() - start >= timeout_s - 1
         return done.returncode, done.stdout.decode(errors="replace"), timed_out
 
+    def read(self, path: str) -> bytes | None:
+        """A regular file's bytes (None: absent, or not a regular file)."""
+        q = shlex.quote(path)
+        rc, out, _ = self.exec(f"if [ -f {q} ] && [ ! -L {q} ]; then base64 -w0 {q}; else exit 3; fi", timeout_s=60,
+                               workdir="/")
+        if rc == 3:
+            return None
+        if rc != 0:
+            raise RuntimeError(f"could not read {path} in container {self.name}: {out.strip()[-300:]}")
+        return base64.b64decode(out)
+
     def write(self, path: str, data: bytes) -> None:
         rc, out, _ = self.exec(f"cat > {shlex.quote(path)}", timeout_s=60, input=data, workdir="/")
         if rc != 0:
@@ -232,16 +250,29 @@ class Workspace:
 ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed && cd /testbed"
 
 
-def grade(prediction: dict, record: dict, *, timeout_s: float, limits: Limits = Limits()) -> dict:
+def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: bool = True,
+          limits: Limits = Limits()) -> dict:
     """The harness's report for one prediction (patch_is_None, patch_exists, patch_successfully_applied, resolved,
-    tests_status) plus `error`, from a fresh container (see the module doc)."""
-    from swebench.harness.grading import get_eval_report
+    tests_status), `error`, and `tampering` ({"flagged": [...], "forged": [...]}), from a fresh container.
+
+    As the harness does it (see the module doc), with two additions: the changed source files are scanned
+    (composer.env.tampering; a flagged patch is not run when flag_tampering), and where the test command is
+    pytest, canaries are planted in the test files after the test patch (composer.env.canaries), the tests
+    renamed alike; a canary with the wrong outcome means not resolved."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
     from swebench.harness.run_evaluation import GIT_APPLY_CMDS
     spec = test_spec(record)
     patch = prediction["model_patch"] or ""
     report = {"patch_is_None": prediction["model_patch"] is None, "patch_exists": bool(patch),
-              "patch_successfully_applied": False, "resolved": False, "error": None}
+              "patch_successfully_applied": False, "resolved": False, "error": None,
+              "tampering": {"flagged": [], "forged": []}}
+    changed = sandbox.diff_paths(patch) if patch.strip() else []
+    script = spec.eval_script_list
+    start = script.index(f": '{START_TEST_OUTPUT}'")
+    env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]  # activate, cd, variables
+    test_ids = json.loads(record["FAIL_TO_PASS"]) + json.loads(record["PASS_TO_PASS"])
     with Container(image(record), limits=limits) as box:
+        before = {p: box.read(f"/testbed/{p}") for p in changed}
         box.write("/tmp/patch.diff", patch.encode())
         for apply in GIT_APPLY_CMDS:
             rc, applied, _ = box.exec(f"{apply} /tmp/patch.diff", timeout_s=120)
@@ -250,14 +281,60 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, limits: Limits = 
         else:
             report["error"] = f"patch did not apply: {applied.strip()[-500:]}"
             return report
-        box.write("/eval.sh", spec.eval_script.encode())
-        rc, output, timed_out = box.exec("/bin/bash /eval.sh", timeout_s=timeout_s, workdir="/")
+        report["tampering"]["flagged"] = tampering.scan(before, {p: box.read(f"/testbed/{p}") for p in changed})
+        if report["tampering"]["flagged"] and flag_tampering:
+            return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
+        box.write("/eval_setup.sh", _script(script[:start]))
+        rc, output, timed_out = box.exec("/bin/bash /eval_setup.sh", timeout_s=timeout_s, workdir="/")
+        planted = None
+        if not timed_out and "pytest" in _test_command(record):
+            files = {f: box.read(f"/testbed/{f}") for f in dict.fromkeys(t.split("::")[0] for t in test_ids)}
+            planted = canaries.plant({f: b.decode("utf-8", "surrogateescape") for f, b in files.items() if b},
+                                     test_ids, random.Random(secrets.randbits(64)))
+            for f, text in planted.files.items():
+                box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
+        if not timed_out:
+            box.write("/eval_run.sh", _script(env + script[start:]))
+            rc, run_output, timed_out = box.exec("/bin/bash /eval_run.sh", timeout_s=timeout_s, workdir="/")
+            output += run_output
     if timed_out:
         report.update(patch_successfully_applied=True, error=f"tests timed out after {timeout_s:.0f} s")
         return report
+    if END_TEST_OUTPUT not in output:
+        report["error"] = f"the eval script stopped before its tests ended: {_last_line(output)}"
+        return report
+    graded, report["tampering"]["forged"] = _graded(spec, record, output, planted)
+    return {**report, **graded}
+
+
+def _script(commands: list[str]) -> bytes:
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *commands, ""]).encode()
+
+
+def _test_command(record: dict) -> str:
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+    command = MAP_REPO_VERSION_TO_SPECS[record["repo"]][record["version"]]["test_cmd"]
+    return command[-1] if isinstance(command, list) else command
+
+
+def _graded(spec, record: dict, output: str, planted) -> tuple[dict, list[str]]:
+    """(the harness's report from the eval script's output, the task's tests read under the names they ran with;
+    what the canaries say was forged)."""
+    from swebench.harness.constants import FAIL_ONLY_REPOS, EvalType, ResolvedStatus
+    from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
     with tempfile.TemporaryDirectory(prefix="composer-grade-") as tmp:
         log = Path(tmp) / "test_output.txt"
         log.write_text(output)
-        official = get_eval_report(test_spec=spec, prediction=prediction, test_log_path=str(log),
-                                   include_tests_status=True)[record["instance_id"]]
-    return {**report, **official, "error": None}
+        status, found = get_logs_eval(spec, str(log))
+    if not found:
+        return {"error": f"the harness found no test output: {_last_line(output)}"}, []
+    forged = []
+    if planted is not None:
+        passed = {t: s in ("PASSED", "XFAIL") for t, s in status.items()}
+        _, forged = planted.read(passed, ran_whole=all(t in status for t in planted.test_ids))
+        status = {old: status[new] for old, new in planted.renamed.items() if new in status}
+    ref = {"instance_id": record["instance_id"], "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}
+    tests = get_eval_tests_report(status, ref, eval_type=EvalType.FAIL_ONLY if record["repo"] in FAIL_ONLY_REPOS
+                                  else EvalType.PASS_AND_FAIL)
+    resolved = get_resolution_status(tests) == ResolvedStatus.FULL.value and not forged
+    return {"patch_successfully_applied": True, "resolved": resolved, "tests_status": tests, "error": None}, forged

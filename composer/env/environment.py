@@ -39,9 +39,11 @@ Episode rules (decisions, with the reason):
   conftest.py, pytest/tox/setup.cfg/pyproject configuration, *.pth and site customization come
   from the base and test_patch: composer.env.grading), plus test_patch; FAIL_TO_PASS +
   PASS_TO_PASS in one cold pytest run in a fresh sandbox (its own namespaces, uid and /tmp:
-  nothing a run_tests call left anywhere is there); reward 1.0 when all pass, else 0.0. A diff
-  whose source lines tamper with the test run scores 0 (`flag_tampering`, default True). What
-  was reset or flagged is in the trace record's outcome["tampering"].
+  nothing a run_tests call left anywhere is there), with canary tests planted among the task's
+  (composer.env.canaries) and the values the tests compare made plain; reward 1.0 when all pass
+  and every canary came out as it must, else 0.0. A change whose source files tamper with the
+  test run (composer.env.tampering) scores 0 (`flag_tampering`, default True). What was reset,
+  flagged or forged is in the trace record's outcome["tampering"].
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
@@ -148,7 +150,7 @@ class _Episode:
     submitted: bool = False
     reward: float | None = None
     patch: str | None = None
-    tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings]}
+    tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings], "forged": [canaries]}
     worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None where runs are forked, or once done
     workspace: container.Workspace | None = None  # a real instance's container (its run_tests); None if embedded
 
@@ -430,6 +432,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             text += f"\n(graded with the base's version of: {', '.join(ep.tampering['reset'][:10])})"
         if ep.tampering["flagged"] and self.config.flag_tampering:
             text += f"\n(scored 0: the change tampers with the test run: {'; '.join(ep.tampering['flagged'][:5])})"
+        if ep.tampering.get("forged"):
+            text += f"\n(scored 0: outcomes forged: {len(ep.tampering['forged'])} canary test(s) came out wrong)"
         return _Result(text, tests=outcomes or None, error=report["error"])
 
 

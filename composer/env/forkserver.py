@@ -153,7 +153,13 @@ def _run(request: dict, out_fd: int, report_fd: int, root: str, pytest) -> None:
         os.environ.update({**request["env"], "COMPOSER_SANDBOX_REPORT_FD": str(REPORT_FD)})
         os.makedirs(os.environ["HOME"], exist_ok=True)
     except BaseException:
-        os.write(out_fd, f"[sandbox: the fork server could not start the run]\n{traceback.format_exc()}".encode())
+        why = f"[sandbox: the fork server could not start the run]\n{traceback.format_exc()}".encode()
+        for fd in (out_fd, 2):  # out_fd is closed once the descriptors were cleared; 2 is it then
+            try:
+                os.write(fd, why)
+                break
+            except OSError:
+                continue
         os._exit(126)
     tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
     random.seed()
@@ -183,8 +189,11 @@ def _child(request: dict, fds: list[int], sock: socket.socket, root: str, pytest
         _check(_libc.unshare(flags if request["layout"] is not None else CLONE_NEWPID), "unshare")
         pid = os.fork()
         if pid == 0:
-            os.close(status_fd)
-            _run(request, out_fd, report_fd, root, pytest)
+            try:
+                os.close(status_fd)
+                _run(request, out_fd, report_fd, root, pytest)
+            finally:
+                os._exit(126)  # never back into the server's loop, whatever _run raised
         os.close(out_fd)
         os.close(report_fd)
         status = os.waitpid(pid, 0)[1]

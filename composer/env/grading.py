@@ -1,62 +1,40 @@
-"""What of an agent's diff a grading run may see, and what in it looks like tampering with the test run.
+"""What of an agent's diff a grading run may see.
 
     from composer.env import grading
 
     kept, reset = grading.source_only(diff, test_paths={"tests/test_ops.py"})
     grading.steers_tests("pkg/conftest.py")           # True: never taken from the agent
-    grading.scan(kept)                                # ["os._exit in calc/ops.py:12", ...]
 
 A policy under RL forges any reward it can, and a submission is graded by running tests next to its code.
-So a grading run (composer.env.swebench.evaluate on embedded records) takes from the agent only the files
-that are neither tests nor configuration of the test run: `steers_tests` names the rest (conftest.py
-anywhere; pytest.ini, .pytest.ini, tox.ini, setup.cfg, pyproject.toml; *.pth; sitecustomize.py and
-usercustomize.py; test files by pytest's default naming and anything under a tests/ or testing/ folder;
-the task's test_patch files). Those come from the base commit and the test patch, and every one the agent
-changed is listed as "reset". The sandbox (composer.env.sandbox) pins pytest's configuration file, rootdir
-and confcutdir, so nothing outside the copy steers the run either, and grading always runs cold in a fresh
-sandbox on a fresh copy, so nothing a run_tests call left behind is there.
+So a grading run (composer.env.swebench.evaluate) takes from the agent only the files that are neither tests nor
+configuration of the test run: `steers_tests` names the rest (conftest.py anywhere; pytest.ini, .pytest.ini,
+tox.ini, setup.cfg, pyproject.toml; *.pth; sitecustomize.py and usercustomize.py; compiled files (*.pyc, *.pyo,
+__pycache__/), which Python would load instead of the source the scan reads; test files by pytest's default
+naming and anything under a tests/ or testing/ folder; the task's test_patch files). Those come from the base
+commit and the test patch, and every one the agent changed is listed as "reset". The sandbox
+(composer.env.sandbox) pins pytest's configuration file, rootdir and confcutdir, so nothing outside the copy
+steers the run either, and grading always runs cold in a fresh sandbox on a fresh copy, so nothing a run_tests
+call left behind is there.
 
-What remains is code under test that patches pytest (or the outcome plugin) from inside the test process
-when it is imported: no separation within one process can stop it. `scan` looks for it in the lines the
-agent added to source files: pytest's internals, hook names, ending the process (os._exit, os.kill),
-/proc/self, the sandbox's variables, interpreter-level patching (sys.modules, builtins, gc.get_objects,
-sys.settrace/setprofile, ctypes, atexit, signal handlers, faulthandler). A flagged submission scores 0 by
-default (`EnvConfig.flag_tampering`, `evaluate(flag_tampering=...)`); real repositories whose fixes use
-such names (pytest's own, say) turn it off and rely on the reset files alone. Unlike this, the SWE-bench
-harness keeps every file the model changed except the test patch's, a conftest.py included.
+What remains is the code under test itself, which runs in the test process: grading plants canaries among the
+tests (composer.env.canaries), makes the values the tests compare plain (composer/env/sandbox_plugin.py) and scans
+the changed source files' syntax trees (composer.env.tampering). Unlike this, the SWE-bench harness keeps every
+file the model changed except the test patch's, a conftest.py included.
 """
 
-import re
 from pathlib import PurePosixPath
 
 CONFIG_NAMES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
                           "sitecustomize.py", "usercustomize.py"})
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 
-# (what it is, pattern over one added line). Words, not substrings: "gcd" is not "gc.".
-TAMPERING = [
-    ("pytest internals", r"\b_pytest\b|\bimport\s+pytest\b|\bfrom\s+pytest\b|\bpytest\s*\."),
-    ("a pytest hook", r"\bpytest_[a-z_]+\s*\("),
-    ("ending the process", r"\bos\s*\.\s*(_exit|kill|killpg|abort)\b"),
-    ("/proc/self", r"/proc/(self|\d+|thread-self)\b"),
-    ("the sandbox's variables", r"COMPOSER_SANDBOX|PYTEST_CURRENT_TEST|PYTEST_ADDOPTS|PYTEST_PLUGINS"),
-    ("sys.modules", r"\bsys\s*\.\s*modules\b"),
-    ("builtins", r"\bbuiltins\b|__builtins__"),
-    ("gc introspection", r"\bgc\s*\.\s*(get_objects|get_referrers|get_referents)\b"),
-    ("tracing hooks", r"\bsys\s*\.\s*(settrace|setprofile|addaudithook|_getframe)\b"),
-    ("ctypes", r"\bctypes\b"),
-    ("atexit", r"\batexit\b"),
-    ("signal handlers", r"\bsignal\s*\.\s*(signal|setitimer|alarm)\b"),
-    ("faulthandler", r"\bfaulthandler\b"),
-]
-_TAMPERING = [(what, re.compile(pattern)) for what, pattern in TAMPERING]
-
 
 def steers_tests(path: str, test_paths=frozenset()) -> bool:
     """Whether `path` (repo-relative, posix) is a test or configures the test run: always taken from the base."""
     p = PurePosixPath(path)
     name = p.name
-    return (path in test_paths or name in CONFIG_NAMES or name.endswith(".pth")
+    return (path in test_paths or name in CONFIG_NAMES or name.endswith((".pth", ".pyc", ".pyo"))
+            or "__pycache__" in p.parts
             or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
             or any(part in TEST_DIRS for part in p.parts[:-1]))
 
@@ -98,20 +76,3 @@ def source_only(diff: str, test_paths=frozenset()) -> tuple[str, list[str]]:
         else:
             kept.append(chunk)
     return "".join(kept), sorted(set(reset))
-
-
-def scan(diff: str) -> list[str]:
-    """What in the added lines of `diff` looks like tampering with the test run: "what in path:line" each."""
-    found = []
-    for path, chunk in _files(diff):
-        line_no = 0
-        for line in chunk.splitlines():
-            if line.startswith("@@"):
-                line_no = int(line.split("+")[1].split(",")[0].split()[0]) - 1
-            elif line.startswith("+") and not line.startswith("+++"):
-                line_no += 1
-                code = line[1:].split("#")[0]
-                found += [f"{what} in {path}:{line_no}" for what, pattern in _TAMPERING if pattern.search(code)]
-            elif not line.startswith(("-", "\\")):
-                line_no += 1
-    return found

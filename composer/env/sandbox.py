@@ -42,15 +42,17 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
 - "plain" (anything else): rlimits and the process-group kill only. No network isolation; a child that
   calls setsid() survives the timeout kill; as root RLIMIT_NPROC is not enforced at all. Not contained.
 
-Outcomes. Per-test outcomes come from a small pytest plugin loaded with `-p` that sends each report's
-node id and phase down a pipe, each line carrying a per-run token; the plugin takes the pipe's number and
-the token out of the environment when pytest loads it, before any conftest or test module is imported, and
-closes its run with an end line. pytest is pinned to the repository's own configuration file (`-c`,
-chosen by the trusted side), `--rootdir` and `--confcutdir` are the repository, so no pytest.ini or
-conftest.py outside it steers a run. What this cannot stop: code imported by the tests runs in the same
+Outcomes. Per-test outcomes come from a small pytest plugin (composer/env/sandbox_plugin.py, its module name
+suffixed per session) loaded with `-p` that sends each report's node id and phase down a pipe, each line
+carrying a per-run token; the plugin takes the pipe's number and the token out of the environment when pytest
+loads it, before any conftest or test module is imported, and closes its run with an end line. pytest is
+pinned to the repository's own configuration file (`-c`, chosen by the trusted side), `--rootdir` and
+`--confcutdir` are the repository, so no pytest.ini or conftest.py outside it steers a run. What this cannot stop: code imported by the tests runs in the same
 process as the plugin, so it can patch pytest or find the pipe and the token in memory. Grading therefore
-also resets every file that steers a test run to the base and scans the agent's diff for such tampering
-(composer.env.grading). xfail counts as a pass and skip as a failure, as in SWE-bench's log parsers.
+also resets every file that steers a test run to the base (composer.env.grading), plants canaries among the
+tests (composer.env.canaries), scans the changed source files (composer.env.tampering), and runs with
+`grading=True`: the values the tests compare made plain (composer/env/plain_values.py) and the repository copy
+read-only to the run. xfail counts as a pass and skip as a failure, as in SWE-bench's log parsers.
 
 `PytestWorker` is the warm path for an agent's repeated test runs on one copy: a server started once
 inside the same sandbox (pid 1 of its namespaces, pytest imported) forks one child per run and kills every
@@ -96,35 +98,21 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
              "hosts", "alternatives")
 
-PLUGIN_NAME = "_composer_sandbox_plugin"
-# Loaded with -p, so imported before any conftest or test module: it takes its pipe and token out of the
-# environment first, so code under test does not find them there (see the module docstring for what remains).
-PLUGIN = """import json, os
-
-_FD = int(os.environ.pop("COMPOSER_SANDBOX_REPORT_FD"))
-_TOKEN = os.environ.pop("COMPOSER_SANDBOX_TOKEN")
-_WANTED = os.environ.pop("COMPOSER_SANDBOX_SELECT", None)
+PLUGIN_NAME = "_composer_sandbox_plugin"  # + each session's own suffix (plugin_name): no repository file can shadow it
+# Loaded with -p, so imported before any conftest or test module (composer/env/sandbox_plugin.py; see the module
+# docstring for what remains possible from inside the test process).
+PLUGIN = (Path(__file__).with_name("sandbox_plugin.py")).read_text()
+PLAIN_VALUES = (Path(__file__).with_name("plain_values.py")).read_text()  # imported by the plugin when grading
+PLAIN_NAME = "_composer_plain_values"
 
 
-def _send(row):
-    os.write(_FD, (json.dumps([_TOKEN, *row]) + "\\n").encode())
+def plugin_name(plugin_dir: Path, name: str = PLUGIN_NAME) -> str:
+    """A plugin module's name in one session: its name and the session folder's random suffix. The run's code sees
+    it, but a repository file written before the run (a diff under grading) cannot have taken it, as it would with
+    a fixed name: `python -m pytest` puts the repository ahead of PYTHONPATH on sys.path."""
+    return f"{name}_{plugin_dir.parent.name.rsplit('-', 1)[-1]}"
 
 
-def pytest_collection_modifyitems(config, items):
-    if _WANTED:
-        wanted = set(json.loads(_WANTED))
-        keep = [i for i in items if i.nodeid in wanted or i.nodeid.split("::")[0] in wanted]
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
-        items[:] = keep
-
-
-def pytest_runtest_logreport(report):
-    _send([report.nodeid, report.when, report.outcome, hasattr(report, "wasxfail")])
-
-
-def pytest_sessionfinish(session, exitstatus):
-    _send(["@end", "", int(exitstatus), False])
-"""
 EMPTY_INI = "[pytest]\n"
 # Where pytest would find its configuration in a repository root, and the section that makes a file count.
 CONFIG_FILES = (("pytest.ini", ""), (".pytest.ini", ""), ("pyproject.toml", "[tool.pytest.ini_options]"),
@@ -464,6 +452,15 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(p, uid, gid)
 
 
+def _readable_tree(root: Path) -> None:
+    """Let every user read the tree's files and enter its folders (a grading copy, read-only to its run)."""
+    for dirpath, _, filenames in os.walk(root, followlinks=False):
+        for p, bits in ((dirpath, 0o555), *((os.path.join(dirpath, f), 0o444) for f in filenames)):
+            st = os.lstat(p)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & bits != bits:
+                os.chmod(p, stat.S_IMODE(st.st_mode) | bits)
+
+
 def _tree_size(root: Path, max_files: int) -> tuple[int, int]:
     """(bytes on disk, entries) under root, without following links; stops counting past max_files."""
     size = count = 0
@@ -482,11 +479,11 @@ def _tree_size(root: Path, max_files: int) -> tuple[int, int]:
 class _Session:
     """One sandbox: its scratch folder (the plugin, and HOME outside "root-ns"), its uid and memory cgroup."""
 
-    def __init__(self, repo_dir: Path, limits: Limits):
+    def __init__(self, repo_dir: Path, limits: Limits, *, writable: bool = True):
         self.repo = Path(repo_dir).resolve()
         if not self.repo.is_dir():
             raise SandboxError(f"not a directory: {repo_dir}")
-        self.limits = limits
+        self.limits, self.writable = limits, writable
         self.mode = _mode()
         self.uid = self.cgroup = None
 
@@ -496,14 +493,18 @@ class _Session:
             (self.dir / "home").mkdir()
             plugin_dir = self.dir / "plugin"  # the caller's, read-only to the run: it cannot swap the plugin
             plugin_dir.mkdir()
-            (plugin_dir / f"{PLUGIN_NAME}.py").write_text(PLUGIN)
+            (plugin_dir / f"{plugin_name(plugin_dir)}.py").write_text(PLUGIN)
+            (plugin_dir / f"{plugin_name(plugin_dir, PLAIN_NAME)}.py").write_text(PLAIN_VALUES)
             (plugin_dir / "empty.ini").write_text(EMPTY_INI)
             if self.mode == "root-ns":
                 os.chmod(self.dir, 0o755)
                 self.uid = _Uids.take()
                 st = self.repo.stat()
                 self.owner = (st.st_uid, st.st_gid)
-                _chown_tree(self.repo, self.uid, self.uid)
+                if self.writable:
+                    _chown_tree(self.repo, self.uid, self.uid)
+                else:  # the run's uid, neither owner nor privileged, reads and enters it and writes nothing
+                    _readable_tree(self.repo)
                 if _memory_cgroup():
                     self.cgroup = _Cgroup(f"composer-{self.uid}", self.limits.memory_mb)
         except BaseException:
@@ -513,7 +514,7 @@ class _Session:
 
     def __exit__(self, *exc):
         try:
-            if self.uid is not None:
+            if self.uid is not None and self.writable:
                 with contextlib.suppress(FileNotFoundError):  # the repo may be gone already
                     _chown_tree(self.repo, *self.owner)
         finally:
@@ -707,15 +708,18 @@ def run_python(repo_dir: Path, args: list[str], *, extra_env: dict | None = None
         return s.run(args, extra_env=extra_env)
 
 
-def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
+def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, **limits) -> TestRun:
     """Run pytest once on `test_ids` (all collected tests when empty) under `Limits(**limits)`; outcome per node id.
+    grading: a submission's graded run: the tests see the code under test's values made plain
+    (composer/env/plain_values.py), and in "root-ns" the repository is the caller's, read-only to the run (its
+    code cannot rewrite the graded test files or the canaries in them).
 
     pytest gets the ids' files and the plugin keeps just the ids, so one missing id does not
     abort the run (pytest alone would exit 4 and run nothing). A file id ("tests/test_x.py")
     passes when all its tests do. A requested id that never ran (not collected, timeout,
     crash) maps to False and `error` says why; error is None only when pytest finished
     normally and every requested id ran."""
-    with _Session(repo_dir, Limits(**limits)) as s:
+    with _Session(repo_dir, Limits(**limits), writable=not grading) as s:
         def runner(args, extra):
             if s.mode in FORKED_MODES and _FORKSERVER.failed is None:
                 try:
@@ -732,7 +736,7 @@ def run_pytest(repo_dir: Path, test_ids: list[str], **limits) -> TestRun:
             finally:
                 report.close()
 
-        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner)
+        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner, grading)
 
 
 class _ForkFailed(Exception):
@@ -821,17 +825,22 @@ def config_file(repo: Path, plugin_dir: Path) -> Path:
     return plugin_dir / "empty.ini"
 
 
-def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: Path, runner) -> TestRun:
+def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: Path, runner,
+                 grading: bool = False) -> TestRun:
     """One pytest run through `runner(pytest_args, env) -> (rc, output, timed_out, report bytes)`, cold or warm
     alike: the same arguments, the same plugin, the same outcome rules."""
     start = time.monotonic()
     files = [f for f in dict.fromkeys(t.split("::")[0] for t in test_ids) if _exists_inside(repo, f)]
     token = secrets.token_hex(16)
     env = {"COMPOSER_SANDBOX_TOKEN": token}
+    if grading:
+        env["COMPOSER_SANDBOX_PLAIN"] = plugin_name(plugin_dir, PLAIN_NAME)
     if test_ids:
         env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
+    # A grading run's output is read by nobody: no tracebacks (its failing canaries would cost ~7 ms each).
     args = ["-c", str(config_file(repo, plugin_dir)), f"--rootdir={repo}", f"--confcutdir={repo}",
-            "-p", "no:cacheprovider", "-p", PLUGIN_NAME, "-q", "-rfE", "--tb=short", "--color=no", *files]
+            "-p", "no:cacheprovider", "-p", plugin_name(plugin_dir), "-q", "-rfE", "--tb=no" if grading else "--tb=short",
+            "--color=no", *files]
     if test_ids and not files:
         rc, output, timed_out, report = 5, "none of the requested test files exist\n", False, b""
     else:

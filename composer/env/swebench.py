@@ -18,13 +18,16 @@ schema_version 2) plus `instances`: the per-instance `report.json` content of th
 Both kinds are graded on the model patch without its tests and test-run configuration (conftest.py,
 pytest.ini, setup.cfg, pyproject.toml, *.pth, ...: composer.env.grading; listed in the report's
 `tampering["reset"]`), stricter than the harness, which would let a conftest.py the model wrote steer its run; a
-model patch whose added source lines tamper with the test run (`tampering["flagged"]`) is not resolved and not
-run unless flag_tampering=False. An empty patch is an empty-patch instance (never run), a patch that does not
-apply an error instance, as in the harness.
+model patch whose changed source files tamper with the test run (`tampering["flagged"]`: composer.env.tampering)
+is not resolved and not run unless flag_tampering=False; canary tests planted among the task's tests at grading
+(composer.env.canaries) that come out wrong (`tampering["forged"]`) mean not resolved, whatever flag_tampering
+says. An empty patch is an empty-patch instance (never run), a patch that does not apply an error instance, as in
+the harness.
 
 Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does it: the repo at
-base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS in one cold pytest run in a fresh
-sandbox. Real records are graded by the swebench harness's own eval script and log parser in a fresh container
+base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS (renamed, among the canaries) in one
+cold pytest run in a fresh sandbox, read-only to the run, with the values the tests compare made plain
+(`sandbox.run_pytest(grading=True)`). Real records are graded by the swebench harness's own eval script and log parser in a fresh container
 from the instance image (composer.env.container; needs a container engine and the image); several at once with
 max_workers.
 """
@@ -32,12 +35,14 @@ max_workers.
 import importlib.util
 import json
 import os
+import random
 import re
+import secrets
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from composer.env import container, grading, sandbox, tasks
+from composer.env import canaries, container, grading, sandbox, tampering, tasks
 from composer.paths import ROOT
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
@@ -208,49 +213,61 @@ def real_missing(instance: dict) -> list[str]:
 def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tampering: bool) -> dict:
     report = {"patch_is_None": pred["model_patch"] is None, "patch_exists": pred["model_patch"] is not None,
               "patch_successfully_applied": False, "resolved": False, "error": None,
-              "tampering": {"reset": [], "flagged": []}}
+              "tampering": {"reset": [], "flagged": [], "forged": []}}
     if not (pred["model_patch"] or "").strip():
         return report
     patch, reset = grading.source_only(pred["model_patch"], frozenset(sandbox.diff_paths(instance["test_patch"])))
     if not reset and not patch.strip():  # no file in it at all: not a diff, an error instance as in the harness
         patch = pred["model_patch"]
-    flagged = grading.scan(patch)
-    report["tampering"] = {"reset": reset, "flagged": flagged}
+    report["tampering"]["reset"] = reset
     if is_real(instance):
-        if flagged and flag_tampering:
-            return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
-        graded = container.grade({**pred, "model_patch": patch}, instance,
+        graded = container.grade({**pred, "model_patch": patch}, instance, flag_tampering=flag_tampering,
                                  timeout_s=REAL_TIMEOUT_S if timeout_s is None else timeout_s)
-        return {**graded, "tampering": report["tampering"]}
+        return {**graded, "tampering": {"reset": reset, **graded["tampering"]}}
     return _evaluate_embedded(patch, instance, report, EVAL_TIMEOUT_S if timeout_s is None else timeout_s,
-                              flagged and flag_tampering)
+                              flag_tampering)
 
 
-def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: float, refuse: bool) -> dict:
+def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: float, flag_tampering: bool) -> dict:
     f2p, p2p = json.loads(instance["FAIL_TO_PASS"]), json.loads(instance["PASS_TO_PASS"])
     with tempfile.TemporaryDirectory(prefix="composer-eval-") as tmp:
         try:
             repo = tasks.materialize(instance, Path(tmp) / "repo", with_tests=False)
+            changed = sandbox.diff_paths(patch) if patch.strip() else []
+            before = {p: _text(repo, p) for p in changed}
             if patch.strip():
                 sandbox.apply_unified_diff(repo, patch)
             report["patch_successfully_applied"] = True
+            report["tampering"]["flagged"] = tampering.scan(before, {p: _text(repo, p) for p in changed})
             sandbox.apply_unified_diff(repo, instance["test_patch"])
         except (ValueError, sandbox.SandboxError) as e:
             report["error"] = str(e)
             return report
-        if refuse:
+        if report["tampering"]["flagged"] and flag_tampering:
             return report  # not resolved, and not run: the run's outcomes could not be trusted
-        run = sandbox.run_pytest(repo, f2p + p2p, timeout_s=timeout_s)
+        test_files = list(dict.fromkeys(t.split("::")[0] for t in f2p + p2p))
+        planted = canaries.plant({f: (repo / f).read_text() for f in test_files if (repo / f).is_file()},
+                                 f2p + p2p, random.Random(secrets.randbits(64)))
+        for f, text in planted.files.items():
+            (repo / f).write_text(text)
+        run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True)
+    outcomes, report["tampering"]["forged"] = planted.read(run.outcomes, ran_whole=run.error is None)
     report["error"] = run.error
 
     def split(ids):
-        return {"success": [t for t in ids if run.outcomes[t]], "failure": [t for t in ids if not run.outcomes[t]]}
+        return {"success": [t for t in ids if outcomes[t]], "failure": [t for t in ids if not outcomes[t]]}
 
     status = {"FAIL_TO_PASS": split(f2p), "PASS_TO_PASS": split(p2p),
               "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}
-    report["resolved"] = not status["FAIL_TO_PASS"]["failure"] and not status["PASS_TO_PASS"]["failure"]
+    report["resolved"] = not report["tampering"]["forged"] and not status["FAIL_TO_PASS"]["failure"] \
+        and not status["PASS_TO_PASS"]["failure"]
     report["tests_status"] = status
     return report
+
+
+def _text(repo: Path, rel: str) -> bytes | None:
+    """A file's bytes for the tampering scan (None: absent or not a regular file)."""
+    return sandbox.read_regular(sandbox.safe_path(repo, rel), 8 << 20)
 
 
 def _summary(preds: dict, dataset_ids: list[str], reports: dict, run_id: str) -> dict:

@@ -1,0 +1,240 @@
+"""Plain values for a grading run: a result whose comparisons are rigged must not pass a test that its plain value
+would fail, wherever the test compares it (`==`, a helper, `pytest.approx`, unittest's assertEqual, sorted(),
+set()). composer.env.sandbox writes this file's text beside the outcome plugin (composer/env/sandbox_plugin.py) as
+`_composer_plain_values_<suffix>.py`, and the plugin imports it in grading runs only; it imports nothing of
+composer.
+
+Once the test modules are imported, every function and method of the code under test (modules of the repository
+that are not tests or conftest.py) is wrapped: what it returns, the arguments it was given and the attributes of
+the instance it ran on are made plain before the test sees them. A value is made plain when it is an instance of a
+subclass of a builtin value type (int, float, complex, str, bytes, list, tuple, dict, set, frozenset) that changes
+any of its behaviour through a method the repository defined or re-pointed: it becomes the builtin value it holds,
+read through the builtin type's own methods (captured here, before any code of the repository runs), its items
+made plain in turn. Subclasses that only add fields or reuse the library's own methods (namedtuples, enums,
+Counter) keep their type. unittest.mock's objects that equal anything become a value that equals nothing. What this
+cannot see (new classes that are not builtin subclasses, code that rebinds the tests' names, modules first
+imported inside a test) the canaries and the syntax scan catch (composer.env.canaries, composer.env.tampering).
+"""
+
+import os
+import sys
+import types
+
+_ROOT = os.getcwd() + os.sep
+
+# Read through the type's own descriptors, never through attributes an instance or a metaclass could override.
+_type_dict = type.__dict__["__dict__"].__get__
+_type_mro = type.__dict__["__mro__"].__get__
+_type_flags = type.__dict__["__flags__"].__get__
+_type_qualname = type.__dict__["__qualname__"].__get__
+_type_module = type.__dict__["__module__"].__get__
+_type_setattr = type.__setattr__
+_object_dict = object.__getattribute__
+_HEAPTYPE = 1 << 9
+_FunctionType, _GeneratorType, _ModuleType = types.FunctionType, types.GeneratorType, types.ModuleType
+_COPY = {
+    int: int.__int__, float: float.__float__, str: str.__str__, bytes: bytes.__bytes__,
+    complex: lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v)),
+    list: list.copy, dict: dict.copy, set: set.copy, frozenset: frozenset.copy,
+    tuple: lambda v: tuple.__getitem__(v, slice(None)),
+}
+_BUILTINS = tuple(_COPY)  # bool is final: never a base here
+_EXACT = frozenset({int, float, complex, str, bytes, bool, type(None)})
+# Class attributes that cannot change how an instance compares, hashes, iterates or converts.
+_SAFE = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__init__",
+                   "__new__", "__init_subclass__", "__annotations__", "__match_args__", "__getnewargs__",
+                   "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__getstate__", "__setstate__",
+                   "__orig_bases__", "__parameters__", "__set_name__", "__class_getitem__", "__del__",
+                   "__setattr__", "__delattr__", "__setitem__", "__delitem__", "__dir__", "__sizeof__"})
+_MAPPING_NAMES = frozenset({"keys", "values", "items", "get"})  # what pytest.approx and others read of a mapping
+_TEXT_SLOTS = ("__str__", "__repr__", "__format__")
+# Methods wrapped on the code under test's classes: all but those that build, tear down or route attribute access.
+_UNWRAPPED = frozenset({"__init__", "__new__", "__init_subclass__", "__set_name__", "__class_getitem__", "__del__",
+                        "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__get__", "__set__",
+                        "__delete__", "__subclasshook__"})
+_rigged_types: dict = {}
+_seen_modules: set = set()  # every module name a sweep looked at
+_guarded_classes: set = set()
+
+
+class _Unequal:
+    """Stands in for a value that equals anything (unittest.mock.ANY): equals nothing but itself."""
+
+    def __repr__(self):
+        return "<a value that equalled anything>"
+
+
+def _inside(path) -> bool:
+    return type(path) is str and os.path.abspath(path).startswith(_ROOT)
+
+
+def _test_side(path: str) -> bool:
+    """Tests and conftest.py (grading took them from the base, so they are trusted), as composer.env.grading names
+    them."""
+    rel = os.path.relpath(os.path.abspath(path), _ROOT).split(os.sep)
+    name = rel[-1]
+    return (name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
+            or any(part in ("tests", "test", "testing") for part in rel[:-1]))
+
+
+def _library_class(cls) -> bool:
+    """A class that no code of the repository made: builtin, or found under its name in a module from elsewhere."""
+    if not _type_flags(cls) & _HEAPTYPE:
+        return True
+    module = sys.modules.get(_type_module(cls))
+    file = getattr(module, "__file__", None) if type(module) is _ModuleType else None
+    return file is not None and not _inside(file) and getattr(module, _type_qualname(cls), None) is cls
+
+
+def _library_member(cls, base, name, value) -> bool:
+    """A class attribute that behaves as the library made it: the base's own slot, or a function of a file outside
+    the repository that was written as this very method (namedtuple's __repr__)."""
+    if value is _type_dict(base).get(name) or value is _type_dict(object).get(name):
+        return True
+    if name in _TEXT_SLOTS and any(value is _type_dict(t).get(s) for t in (base, object) for s in _TEXT_SLOTS):
+        return True
+    func = value.__func__ if type(value) in (staticmethod, classmethod) else value
+    if type(func) is not _FunctionType:
+        return False
+    code = func.__code__
+    return (not _inside(code.co_filename) and not code.co_filename.startswith("<") and code.co_name == name
+            and func.__qualname__ == f"{_type_qualname(cls)}.{name}")
+
+
+def _rigged(cls, base) -> bool:
+    """Whether a subclass of a builtin changes how its instances compare, hash, iterate or convert."""
+    if cls not in _rigged_types:
+        _rigged_types[cls] = any(
+            not _library_member(c, base, name, value)
+            for c in _type_mro(cls) if c is not base and c is not object and not _library_class(c)
+            for name, value in _type_dict(c).items()
+            if (name.startswith("__") and name not in _SAFE) or name in _MAPPING_NAMES)
+    return _rigged_types[cls]
+
+
+def _mock_types() -> tuple:
+    mock = sys.modules.get("unittest.mock")
+    return (type(mock.ANY), mock.NonCallableMock) if type(mock) is _ModuleType else ()
+
+
+def plain(value, _seen=None):
+    """The value as a test may safely compare it (see the module docstring)."""
+    cls = type(value)
+    if cls in _EXACT:
+        return value
+    seen = {} if _seen is None else _seen
+    if id(value) in seen:
+        return seen[id(value)]
+    base = next((b for b in _BUILTINS if b in _type_mro(cls)), None)
+    if base is None:
+        mocks = _mock_types()
+        if mocks and any(m in _type_mro(cls) for m in mocks):
+            return _Unequal()
+        if cls in _guarded_classes:
+            _plain_attributes(value, seen)
+        return value
+    if cls is not base and not _rigged(cls, base):
+        return value
+    copy = _COPY[base](value) if cls is not base else value
+    seen[id(value)] = copy
+    if base is list:
+        for i, item in enumerate(list.copy(copy)):
+            made = plain(item, seen)
+            if made is not item:
+                list.__setitem__(copy, i, made)
+    elif base is dict:
+        items = [(plain(k, seen), plain(v, seen)) for k, v in dict.items(copy)]
+        if any(a is not k or b is not v for (a, b), (k, v) in zip(items, dict.items(copy))):
+            dict.clear(copy)
+            dict.update(copy, items)
+    elif base in (tuple, set, frozenset):
+        items = list(copy)
+        made = [plain(item, seen) for item in items]
+        if any(a is not b for a, b in zip(made, items)):
+            if copy is value and base is set:  # an exact set the caller holds: made plain where it is
+                set.clear(copy)
+                set.update(copy, made)
+            else:
+                copy = base(made)
+    return copy
+
+
+def _plain_attributes(obj, seen) -> None:
+    try:
+        attributes = _object_dict(obj, "__dict__")
+    except AttributeError:
+        return
+    if type(attributes) is dict:
+        for key, item in list(attributes.items()):
+            made = plain(item, seen)
+            if made is not item:
+                attributes[key] = made
+
+
+def _plain_in_place(arg, seen) -> None:
+    """An argument the code under test may have filled with rigged values (a list it appended to, self)."""
+    cls = type(arg)
+    if cls in (list, dict, set):
+        plain(arg, seen)
+    elif cls in _guarded_classes:
+        _plain_attributes(arg, seen)
+
+
+def _guard(func):
+    def guarded(*args, **kwargs):
+        result = func(*args, **kwargs)
+        seen = {}
+        for arg in (*args, *kwargs.values()):
+            _plain_in_place(arg, seen)
+        if type(result) is _GeneratorType:
+            return (plain(item) for item in result)
+        return plain(result, seen)
+
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(guarded, attribute, getattr(func, attribute))
+    return guarded
+
+
+def _guard_member(value):
+    if type(value) is _FunctionType:
+        return _guard(value)
+    if type(value) in (staticmethod, classmethod) and type(value.__func__) is _FunctionType:
+        return type(value)(_guard(value.__func__))
+    if type(value) is property and type(value.fget) is _FunctionType:
+        return property(_guard(value.fget), value.fset, value.fdel, value.__doc__)
+    return None
+
+
+def _guard_class(cls) -> None:
+    if cls in _guarded_classes:
+        return
+    _guarded_classes.add(cls)
+    for name, value in list(_type_dict(cls).items()):
+        if name not in _UNWRAPPED:
+            guarded = _guard_member(value)
+            if guarded is not None:
+                _type_setattr(cls, name, guarded)
+
+
+def guard_modules() -> None:
+    """Wrap the code under test's functions and classes, and point the tests' names at the wrappers. Each sweep
+    looks only at modules imported since the last one."""
+    modules = []
+    for name in sys.modules.keys() - _seen_modules:
+        _seen_modules.add(name)
+        module = sys.modules[name]
+        if isinstance(module, _ModuleType) and _inside(module.__dict__.get("__file__")):
+            modules.append(module)
+    swapped = {}
+    for module in modules:
+        if not _test_side(module.__dict__["__file__"]):
+            for key, value in list(module.__dict__.items()):
+                if type(value) is _FunctionType and _inside(value.__code__.co_filename):
+                    swapped[id(value)] = module.__dict__[key] = _guard(value)
+                elif issubclass(type(value), type) and not _library_class(value):
+                    _guard_class(value)
+    for module in modules:
+        if swapped and _test_side(module.__dict__["__file__"]):
+            for key, value in list(module.__dict__.items()):
+                if id(value) in swapped and type(value) is _FunctionType:
+                    module.__dict__[key] = swapped[id(value)]

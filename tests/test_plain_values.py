@@ -1,0 +1,277 @@
+"""composer/env/sandbox_plugin.py: in a grading run, rigged values do not pass and honest ones keep their behaviour.
+
+Each rigged case passes in an ordinary run (so the attack is real and the test can fail) and fails in a grading
+run, wherever the comparison happens; each honest case passes in both.
+"""
+
+import textwrap
+
+import pytest
+
+from composer.env import sandbox
+
+CODE = '''
+import collections
+import enum
+
+
+class _L(list):
+    def __eq__(self, other):
+        return True
+    __hash__ = None
+
+
+class _F(float):
+    def __eq__(self, other):
+        return True
+    __hash__ = float.__hash__
+
+    def __sub__(self, other):
+        return 0.0
+    __rsub__ = __sub__
+
+
+class _S(str):
+    __eq__ = lambda self, other: True
+    __hash__ = str.__hash__
+
+
+class _D(dict):
+    def __missing__(self, key):
+        return 1
+
+
+class _Iter(list):
+    def __iter__(self):
+        return iter([1, 2, 3])
+
+    def __len__(self):
+        return 3
+
+
+class _Reused(float):
+    __eq__ = float.__ne__  # a builtin slot under another name
+    __hash__ = float.__hash__
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Tag(str):
+    pass
+
+
+class Account:
+    def __init__(self):
+        self.balance = 0
+
+    def deposit(self, n):
+        self.balance = _F(n + 100)
+
+
+def rigged_list():
+    return _L([9])
+
+
+def rigged_float():
+    return _F(9.0)
+
+
+def rigged_str():
+    return _S("wrong")
+
+
+def rigged_dict():
+    return _D()
+
+
+def rigged_iter():
+    return _Iter([9])
+
+
+def reused_slot():
+    return _Reused(9.0)
+
+
+def fill(xs):
+    xs.append(_F(9.0))
+
+
+def values():
+    yield _F(9.0)
+
+
+def nested():
+    return {"a": [_F(9.0)], "b": (_S("x"),)}
+
+
+def anything():
+    from unittest import mock
+    return mock.ANY
+
+
+def point():
+    return collections.namedtuple("P", "x y")(1, 2)
+
+
+def color():
+    return Color.RED
+
+
+def counter():
+    return collections.Counter("aab")
+
+
+def ordered():
+    return collections.OrderedDict(a=1)
+
+
+def tag():
+    return Tag("t")
+
+
+WROTE = []
+try:
+    with open("tests/planted.txt", "w") as f:
+        f.write("x")
+    WROTE.append(True)
+except OSError:
+    pass
+'''
+
+TESTS = '''
+import unittest
+
+import pytest
+
+from pkg.code import (Account, Color, anything, color, counter, fill, nested, ordered, point, reused_slot, rigged_dict,
+                      rigged_float, rigged_iter, rigged_list, rigged_str, tag, values, WROTE)
+
+
+def check(a, b):
+    assert a == b
+
+
+def test_rigged_list():
+    assert rigged_list() == [1]
+
+
+def test_rigged_in_a_helper():
+    check(rigged_float(), 1.0)
+
+
+def test_rigged_approx():
+    assert rigged_float() == pytest.approx(1.0)
+
+
+def test_rigged_unittest():
+    unittest.TestCase().assertEqual(rigged_float(), 1.0)
+
+
+def test_rigged_str():
+    assert rigged_str() == "expected"
+
+
+def test_rigged_sorted():
+    assert sorted(rigged_iter()) == [1, 2, 3]
+
+
+def test_rigged_set():
+    assert set(rigged_iter()) == {1, 2, 3}
+
+
+def test_rigged_missing_key():
+    assert rigged_dict()["x"] == 1
+
+
+def test_rigged_reused_slot():
+    assert reused_slot() == 1.0
+
+
+def test_rigged_argument():
+    xs = []
+    fill(xs)
+    assert xs == [1.0]
+
+
+def test_rigged_attribute():
+    a = Account()
+    a.deposit(1)
+    assert a.balance == 1
+
+
+def test_rigged_generator():
+    assert list(values()) == [1.0]
+
+
+def test_rigged_nested():
+    got = nested()
+    assert got["a"] == [1.0] and got["b"] == ("y",)
+
+
+def test_rigged_mock_any():
+    assert anything() == 1
+
+
+def test_rigged_write_to_the_tests():
+    assert WROTE
+
+
+def test_honest_namedtuple():
+    p = point()
+    assert p.x == 1 and p == (1, 2) and type(p).__name__ == "P"
+
+
+def test_honest_enum():
+    assert color() is Color.RED and str(color()) == "1"
+
+
+def test_honest_counter():
+    assert counter().most_common(1) == [("a", 2)]
+
+
+def test_honest_ordered_dict():
+    assert type(ordered()).__name__ == "OrderedDict" and ordered() == {"a": 1}
+
+
+def test_honest_str_subclass_keeps_its_type():
+    assert type(tag()).__name__ == "Tag" and tag() == "t"
+'''
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "code.py").write_text(textwrap.dedent(CODE))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_code.py").write_text(textwrap.dedent(TESTS))
+    return tmp_path
+
+
+def outcomes(repo, grading: bool) -> dict[str, bool]:
+    run = sandbox.run_pytest(repo, [], grading=grading)
+    assert run.returncode in (0, 1), run.output
+    return {t.split("::")[1]: ok for t, ok in run.outcomes.items()}
+
+
+def test_rigged_values_pass_an_ordinary_run_and_fail_a_grading_one_honest_ones_pass_both(repo):
+    ordinary, graded = outcomes(repo, False), outcomes(repo, True)
+    (repo / "tests" / "planted.txt").unlink(missing_ok=True)
+    assert len(ordinary) == len(graded) == TESTS.count("\ndef test_")
+    contained = sandbox.isolation()["mode"] == "root-ns"
+    for name in ordinary:
+        if name.startswith("test_honest"):
+            assert ordinary[name] and graded[name], name
+        elif name == "test_rigged_write_to_the_tests" and not contained:
+            continue  # a read-only repository needs the run's own uid (root-ns); checked where it holds
+        else:
+            assert ordinary[name] and not graded[name], name
+
+
+@pytest.mark.skipif(sandbox.isolation()["mode"] != "root-ns",
+                    reason="the repository is read-only to a grading run only in root-ns mode (its own uid)")
+def test_a_grading_run_cannot_write_the_repository(repo):
+    assert not outcomes(repo, True)["test_rigged_write_to_the_tests"]
+    assert not (repo / "tests" / "planted.txt").exists()
