@@ -34,6 +34,8 @@ MFU of PEAK_FLOPS per GPU), grading
 """
 
 import argparse
+import dataclasses
+import json
 import math
 import re
 import sys
@@ -142,6 +144,7 @@ SETUPS = {
                                   Setup("full", "colocate", 0.4, 8)],
     # arm B (the trace-replay channel; A is the same without it), at the YAML's pairs per micro-batch
     "004-ab-train-grpo-vs-trace-replay-dpo": [Setup("lora", "colocate", 0.4, 1, dpo_pairs=1),
+                                              Setup("lora", "server", 0, 2, dpo_pairs=1),
                                               Setup("full", "colocate", 0.4, 8, dpo_pairs=1),
                                               Setup("full", "server", 0, 8, dpo_pairs=1),
                                               Setup("full", "server", 0, 8, dpo_pairs=2)],
@@ -178,6 +181,9 @@ def table(slug: str, values: dict) -> list[str]:
                      f"{mem['total']:.1f} ({mem['training_state']:.1f} + {mem['activations']:.1f} + "
                      f"{mem['vllm']:.1f} + {mem['runtime']:.1f}) | {fits} | {cost['hours']:.2f} | "
                      f"{cost['gpu_hours']:.1f} |")
+    if slug == "004-ab-train-grpo-vs-trace-replay-dpo":
+        from composer import power
+        lines += power.lines(values)
     return lines + [PLAN_END]
 
 
@@ -197,9 +203,20 @@ def render(path: Path) -> str:
 
 
 def main(argv=None) -> int:
+    from composer import power
+    defaults = power.Assumptions()
     parser = argparse.ArgumentParser(prog="python -m composer plan", description=__doc__.split("\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite the plan blocks of params/live/*.yaml")
+    parser.add_argument("--budget-usd", type=float, help="print the live 004 design that detects the smallest B - A "
+                        "within this many dollars (composer/power.py), JSON last")
+    parser.add_argument("--effect", type=float, default=0.02, help="with --budget-usd, also the cheapest design that "
+                        "detects this B - A (default 0.02)")
+    for name, value in vars(defaults).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=value,
+                            help=f"power assumption (composer/power.py; default {value})")
     args = parser.parse_args(argv)
+    if args.budget_usd is not None:
+        return _budget(args, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}))
     stale = []
     for slug in SETUPS:
         path = ROOT / "params" / "live" / f"{slug}.yaml"
@@ -213,3 +230,30 @@ def main(argv=None) -> int:
     if stale:
         print(f"out of date (run with --write): {', '.join(stale)}", file=sys.stderr)
     return 1 if stale else 0
+
+
+def _budget(args, assumptions) -> int:
+    from composer import power
+    if not args.budget_usd > 0:
+        print(f"--budget-usd must be > 0, got {args.budget_usd}", file=sys.stderr)
+        return 2
+    values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
+    found = power.best(args.budget_usd, values, assumptions, effect=args.effect)
+    own = power.design(values, assumptions)
+    print(f"assumptions: {json.dumps(dataclasses.asdict(assumptions))} (composer/power.py)")
+    print(f"the live profile's design: {own['seeds']} seeds x {own['tasks']} tasks ({own['pool']}) x {own['samples']} "
+          f"samples, mde {own['mde']:.3f}, ${own['usd']:,.0f}")
+    if found is None:
+        print(f"no design fits ${args.budget_usd:,.0f}: the cheapest costs more")
+    else:
+        print(f"best within ${args.budget_usd:,.0f}: {found['mode']} ({found['gpus']} GPUs, vLLM {found['vllm']}), "
+              f"{found['steps']} steps, {found['seeds']} seeds x {found['tasks']} tasks ({found['pool']}: "
+              f"{power.POOLS[found['pool']][1]}) x {found['samples']} samples: detects B - A >= {found['mde']:.3f} "
+              f"with 80 % power for ${found['usd']:,.0f}")
+        cheapest = found["cheapest_for_effect"]
+        print(f"to detect {args.effect}: " + (f"{cheapest['seeds']} seeds x {cheapest['tasks']} tasks ({cheapest['pool']}) "
+                                              f"x {cheapest['samples']} samples, ${cheapest['usd']:,.0f}" if cheapest
+                                              else "no design in the grid"))
+    print(json.dumps({"budget_usd": args.budget_usd, "assumptions": dataclasses.asdict(assumptions),
+                      "live_design": own, "best": found}))
+    return 0

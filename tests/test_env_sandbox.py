@@ -21,6 +21,10 @@ from composer.env import sandbox
 
 MODE = sandbox.isolation()["mode"]
 NAMESPACED = MODE in ("root-ns", "user-ns")
+HOLDS = sandbox.guarantees()
+capped = pytest.mark.skipif(not HOLDS["process_cap"], reason=f"max_procs does not bound processes in {MODE!r} mode "
+                                                             "as root (RLIMIT_NPROC: root ignores it, in a user "
+                                                             "namespace too); it does in root-ns (bubblewrap)")
 
 
 @pytest.fixture
@@ -60,7 +64,7 @@ def test_infinite_loop_times_out_and_the_whole_tree_dies(repo):
     assert [p.stat().st_size for p in logs] == sizes  # and nothing writes any more
 
 
-@pytest.mark.skipif(MODE == "plain" and os.geteuid() == 0, reason="as root without namespaces RLIMIT_NPROC is ignored")
+@capped
 def test_fork_bomb_is_capped_by_max_procs(repo):
     code = """
     import os, time
@@ -82,6 +86,68 @@ def test_fork_bomb_is_capped_by_max_procs(repo):
     assert forked < 20  # stopped by the cap, far below the 200 the child tried
     if NAMESPACED:  # the PID namespace dies with its init: the sleepers do not outlive the run
         assert time.monotonic() - start < 2.5
+
+
+PROBE_GUARANTEES = """
+import os, socket, sys, time
+report = {"pid_namespace": os.getpid() == 1}
+try:
+    with open(sys.argv[1], "w") as f:
+        f.write("x")
+    report["private_files"] = False
+except OSError:
+    report["private_files"] = True
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2).close()
+    report["no_network"] = False
+except OSError:
+    report["no_network"] = True
+n = 0
+for _ in range(40):  # bounded: 40 children sleeping 1 s at most
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(1)
+        os._exit(0)
+    n += 1
+report["process_cap"] = n < 40
+print("REPORT", report)
+"""
+
+
+def test_every_mode_keeps_exactly_the_guarantees_the_skips_rest_on(tmp_path):
+    """Each containment mode this host can run, forced: what a run can do there is what sandbox.guarantees says,
+    so no test skips where its guarantee holds, and none runs (and fails) where it does not."""
+    import ast
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.chmod(outside, 0o777)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    tried = []
+    try:
+        for mode in ("root-ns", "user-ns", "pid-ns", "plain"):
+            repo = tmp_path / mode
+            repo.mkdir()
+            with sandbox.forced_mode(mode):
+                if sandbox.run_python(repo, ["-c", "pass"])[0] != 0:
+                    continue  # this host cannot run it (no bubblewrap, no user namespaces, not root)
+                rc, out, _ = sandbox.run_python(repo, ["-c", PROBE_GUARANTEES, str(outside / mode),
+                                                       str(server.getsockname()[1])], timeout_s=15, max_procs=10)
+            seen = ast.literal_eval(out.split("REPORT", 1)[1].strip())
+            assert seen == sandbox.guarantees(mode), (mode, out)
+            tried.append(mode)
+    finally:
+        server.close()
+    assert "plain" in tried and MODE in tried
+
+
+@pytest.mark.skipif(os.environ.get("COMPOSER_REQUIRE_ROOT_NS") != "1", reason="COMPOSER_REQUIRE_ROOT_NS=1 is CI's")
+def test_ci_runs_the_containment_tests_it_requires():
+    assert MODE == "root-ns" and sandbox.forked_runs(), sandbox.isolation()
 
 
 def test_output_flood_is_truncated_and_parent_memory_stays_bounded(repo):
@@ -129,7 +195,7 @@ def test_parent_secrets_are_not_visible_and_home_is_a_temp_dir(repo, monkeypatch
     assert env["HOME"] == "/tmp" if MODE == "root-ns" else "composer-sbx-" in env["HOME"]  # the private /tmp
 
 
-@pytest.mark.skipif(not NAMESPACED, reason="network isolation needs a network namespace")
+@pytest.mark.skipif(not HOLDS["no_network"], reason="network isolation needs a network namespace")
 def test_no_network_not_even_the_parents_loopback(repo):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -151,7 +217,7 @@ def test_no_network_not_even_the_parents_loopback(repo):
     assert rc == 0 and "CONNECTED" not in out and out.count("blocked") == 2
 
 
-@pytest.mark.skipif(MODE != "root-ns", reason="write confinement needs the unprivileged per-run uid")
+@pytest.mark.skipif(not HOLDS["private_files"], reason="write confinement needs the unprivileged per-run uid")
 def test_child_writes_only_its_repo_and_ownership_is_restored(repo, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir(mode=0o755)
@@ -447,7 +513,7 @@ HOSTILE_TESTS = {  # body of test_bad; its outcome; what else the run must show
 
 
 @needs_ns
-@pytest.mark.parametrize("name", HOSTILE_TESTS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=capped if n == "fork bomb" else ()) for n in HOSTILE_TESTS])
 def test_worker_limits_hold_per_run_and_the_server_survives(repo, name):
     body, passes, check = HOSTILE_TESTS[name]
     write(repo, "test_bad.py", f"def test_bad():\n    {body}\n\ndef test_good():\n    pass\n")

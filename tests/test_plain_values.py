@@ -58,6 +58,32 @@ class Color(enum.IntEnum):
     RED = 1
 
 
+class _Exact:  # a new class that equals exactly what the test expects
+    def __eq__(self, other):
+        return other == 1.0
+    __hash__ = None
+
+
+class _Posing(list):  # claims to be the library's: its module says json, and json has it
+    def __eq__(self, other):
+        return True
+    __hash__ = None
+
+
+_Posing.__module__ = "json"
+import json as _json  # noqa: E402
+_json._Posing = _Posing
+
+
+class Point:  # a class of the base (known_classes) with comparisons of its own: left as it is
+    def __init__(self, x):
+        self.x = x
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and other.x == self.x
+    __hash__ = None
+
+
 class Tag(str):
     pass
 
@@ -106,6 +132,18 @@ def nested():
     return {"a": [_F(9.0)], "b": (_S("x"),)}
 
 
+def exact():
+    return _Exact()
+
+
+def posing():
+    return _Posing([9])
+
+
+def make_point(x):
+    return Point(x)
+
+
 def anything():
     from unittest import mock
     return mock.ANY
@@ -145,8 +183,9 @@ import unittest
 
 import pytest
 
-from pkg.code import (Account, Color, anything, color, counter, fill, nested, ordered, point, reused_slot, rigged_dict,
-                      rigged_float, rigged_iter, rigged_list, rigged_str, tag, values, WROTE)
+from pkg.code import (Account, Color, anything, color, counter, exact, fill, make_point, nested, ordered, point,
+                      posing, reused_slot, rigged_dict, rigged_float, rigged_iter, rigged_list, rigged_str, tag, values,
+                      WROTE)
 
 
 def check(a, b):
@@ -214,6 +253,18 @@ def test_rigged_mock_any():
     assert anything() == 1
 
 
+def test_rigged_new_class_equal_to_the_expected_value():
+    assert exact() == 1.0
+
+
+def test_rigged_subclass_posing_as_the_librarys():
+    assert posing() == [1]
+
+
+def test_honest_class_of_the_base_keeps_its_comparisons():
+    assert make_point(2) == make_point(2) and make_point(2) != make_point(3)
+
+
 def test_rigged_write_to_the_tests():
     assert WROTE
 
@@ -251,7 +302,7 @@ def repo(tmp_path):
 
 
 def outcomes(repo, grading: bool) -> dict[str, bool]:
-    run = sandbox.run_pytest(repo, [], grading=grading)
+    run = sandbox.run_pytest(repo, [], grading=grading, known_classes=["pkg.code:Point", "pkg.code:Account"])
     assert run.returncode in (0, 1), run.output
     return {t.split("::")[1]: ok for t, ok in run.outcomes.items()}
 
@@ -260,7 +311,7 @@ def test_rigged_values_pass_an_ordinary_run_and_fail_a_grading_one_honest_ones_p
     ordinary, graded = outcomes(repo, False), outcomes(repo, True)
     (repo / "tests" / "planted.txt").unlink(missing_ok=True)
     assert len(ordinary) == len(graded) == TESTS.count("\ndef test_")
-    contained = sandbox.isolation()["mode"] == "root-ns"
+    contained = sandbox.guarantees()["private_files"]
     for name in ordinary:
         if name.startswith("test_honest"):
             assert ordinary[name] and graded[name], name
@@ -270,7 +321,7 @@ def test_rigged_values_pass_an_ordinary_run_and_fail_a_grading_one_honest_ones_p
             assert ordinary[name] and not graded[name], name
 
 
-@pytest.mark.skipif(sandbox.isolation()["mode"] != "root-ns",
+@pytest.mark.skipif(not sandbox.guarantees()["private_files"],
                     reason="the repository is read-only to a grading run only in root-ns mode (its own uid)")
 def test_a_grading_run_cannot_write_the_repository(repo):
     assert not outcomes(repo, True)["test_rigged_write_to_the_tests"]

@@ -83,11 +83,13 @@ def test_the_004_rows_are_the_live_configuration():
     other GPUs, a step's rollouts split evenly over its processes."""
     values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
     assert values["trainer_config"]["per_device_train_batch_size"] == 1
-    fits = {(s.vllm, s.dpo_pairs): plan.memory_gb(plan.MODELS[values["student"]], s,
-                                                  seq_tokens=values["max_completion_length"])["fits"]
+    fits = {(s.mode, s.vllm, s.dpo_pairs): plan.memory_gb(plan.MODELS[values["student"]], s,
+                                                          seq_tokens=values["max_completion_length"])["fits"]
             for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]}
-    assert fits == {("colocate", 1): False, ("server", 1): True, ("server", 2): False}
-    [fitting] = [s for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"] if (s.vllm, s.dpo_pairs) == ("server", 1)]
+    assert fits == {("lora", "colocate", 1): False, ("lora", "server", 1): True, ("full", "colocate", 1): False,
+                    ("full", "server", 1): True, ("full", "server", 2): False}
+    [fitting] = [s for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]
+                 if (s.mode, s.vllm, s.dpo_pairs) == ("full", "server", 1)]
     assert values["trainer_config"]["vllm_mode"] == fitting.vllm
     launcher = shlex.split(values["launcher"])
     processes = int(launcher[launcher.index("--num_processes") + 1])

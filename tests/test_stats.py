@@ -173,8 +173,14 @@ def test_crossed_components_hand_computed():
     assert c["seed"] == pytest.approx((27 - 0.01) / 3) and c["task"] == pytest.approx((3 - 0.01) / 3)
     assert c["residual"] == pytest.approx(0.01) and (c["seeds"], c["tasks"]) == (3, 3)
     se, df = stats.crossed_standard_error(c)
-    # Var(mean) = (MS_seed + MS_task - MS_res) / 9; Satterthwaite: 29.99^2 / (27^2/2 + 3^2/2 + 0.01^2/4)
-    assert se == pytest.approx(math.sqrt(29.99 / 9)) and df == pytest.approx(29.99 ** 2 / (364.5 + 4.5 + 0.000025))
+    # Var(mean) estimated by (MS_seed + MS_task) / 9; Satterthwaite: 30^2 / (27^2/2 + 3^2/2)
+    assert se == pytest.approx(math.sqrt(30 / 9)) and df == pytest.approx(30 ** 2 / (364.5 + 4.5))
+    # projected onto the same design from the components, each mean square is its expectation: the same here
+    assert stats.crossed_standard_error({k: v for k, v in c.items() if not k.startswith("ms_")}, 3, 3) == \
+        pytest.approx((se, df))
+    # the detectable effect unbiases the estimated standard error by c4(df)
+    c4 = math.sqrt(2 / df) * math.gamma((df + 1) / 2) / math.gamma(df / 2)
+    assert stats.crossed_detectable_effect(c) == pytest.approx(stats.t_detectable_effect(se / c4, df))
     ci = stats.crossed_t_interval(CROSSED)
     half = scipy.stats.t.ppf(0.975, df) * se
     assert (ci.estimate, ci.low, ci.high) == pytest.approx((4.0, 4.0 - half, 4.0 + half))
@@ -188,8 +194,8 @@ def test_crossed_components_recover_known_variances():
     assert (c["seed"], c["task"], c["residual"]) == pytest.approx((0.09, 0.04, 0.25), rel=0.2)
 
 
-def test_a_seed_mean_square_within_noise_is_pooled():
-    # seed means exactly equal: MS_seed = 0, below the 75th percentile of F(2, 78) times MS_res
+def test_a_seed_mean_square_of_zero_adds_no_seed_term():
+    # seed means exactly equal: MS_seed = 0, so the seed variance is 0 and the df are the tasks' alone
     rng = np.random.default_rng(1)
     x = rng.normal(0, 1, (3, 40))
     x -= x.mean(axis=1, keepdims=True)

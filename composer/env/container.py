@@ -32,7 +32,6 @@ tests renamed (composer.env.canaries); the log parser's outcomes are read back u
 
 import base64
 import functools
-import json
 import os
 import random
 import secrets
@@ -270,7 +269,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     script = spec.eval_script_list
     start = script.index(f": '{START_TEST_OUTPUT}'")
     env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]  # activate, cd, variables
-    test_ids = json.loads(record["FAIL_TO_PASS"]) + json.loads(record["PASS_TO_PASS"])
+    test_ids = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
     with Container(image(record), limits=limits) as box:
         before = {p: box.read(f"/testbed/{p}") for p in changed}
         box.write("/tmp/patch.diff", patch.encode())
@@ -290,7 +289,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
         if not timed_out and "pytest" in _test_command(record):
             files = {f: box.read(f"/testbed/{f}") for f in dict.fromkeys(t.split("::")[0] for t in test_ids)}
             planted = canaries.plant({f: b.decode("utf-8", "surrogateescape") for f, b in files.items() if b},
-                                     test_ids, random.Random(secrets.randbits(64)))
+                                     spec.FAIL_TO_PASS, spec.PASS_TO_PASS, random.Random(secrets.randbits(64)))
             for f, text in planted.files.items():
                 box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
         if not timed_out:
@@ -331,7 +330,7 @@ def _graded(spec, record: dict, output: str, planted) -> tuple[dict, list[str]]:
     forged = []
     if planted is not None:
         passed = {t: s in ("PASSED", "XFAIL") for t, s in status.items()}
-        _, forged = planted.read(passed, ran_whole=all(t in status for t in planted.test_ids))
+        _, forged = planted.read(passed, missing=[t for t in planted.test_ids if t not in status])
         status = {old: status[new] for old, new in planted.renamed.items() if new in status}
     ref = {"instance_id": record["instance_id"], "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}
     tests = get_eval_tests_report(status, ref, eval_type=EvalType.FAIL_ONLY if record["repo"] in FAIL_ONLY_REPOS

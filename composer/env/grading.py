@@ -4,6 +4,7 @@
 
     kept, reset = grading.source_only(diff, test_paths={"tests/test_ops.py"})
     grading.steers_tests("pkg/conftest.py")           # True: never taken from the agent
+    grading.defined_classes(repo)                     # ["calc.shapes:Rect", ...]: the base's classes
 
 A policy under RL forges any reward it can, and a submission is graded by running tests next to its code.
 So a grading run (composer.env.swebench.evaluate) takes from the agent only the files that are neither tests nor
@@ -22,7 +23,8 @@ the changed source files' syntax trees (composer.env.tampering). Unlike this, th
 file the model changed except the test patch's, a conftest.py included.
 """
 
-from pathlib import PurePosixPath
+import ast
+from pathlib import Path, PurePosixPath
 
 CONFIG_NAMES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
                           "sitecustomize.py", "usercustomize.py"})
@@ -76,3 +78,25 @@ def source_only(diff: str, test_paths=frozenset()) -> tuple[str, list[str]]:
         else:
             kept.append(chunk)
     return "".join(kept), sorted(set(reset))
+
+
+def defined_classes(repo: Path) -> list[str]:
+    """"module:qualname" of every class the source files of `repo` (not its tests) define: the base's classes, whose
+    values a grading run lets the tests compare as they are (composer/env/plain_values.py)."""
+    found = []
+    for path in sorted(Path(repo).rglob("*.py")):
+        rel = path.relative_to(repo).as_posix()
+        if steers_tests(rel):
+            continue
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        module = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        stack = [(node, "") for node in tree.body]
+        while stack:
+            node, prefix = stack.pop()
+            if isinstance(node, ast.ClassDef):
+                found.append(f"{module}:{prefix}{node.name}")
+                stack += [(child, f"{prefix}{node.name}.") for child in node.body]
+    return sorted(found)

@@ -11,11 +11,15 @@ subclass of a builtin value type (int, float, complex, str, bytes, list, tuple, 
 any of its behaviour through a method the repository defined or re-pointed: it becomes the builtin value it holds,
 read through the builtin type's own methods (captured here, before any code of the repository runs), its items
 made plain in turn. Subclasses that only add fields or reuse the library's own methods (namedtuples, enums,
-Counter) keep their type. unittest.mock's objects that equal anything become a value that equals nothing. What this
-cannot see (new classes that are not builtin subclasses, code that rebinds the tests' names, modules first
-imported inside a test) the canaries and the syntax scan catch (composer.env.canaries, composer.env.tampering).
+Counter) keep their type. A value of a class that the base commit does not define (COMPOSER_SANDBOX_KNOWN_CLASSES:
+"module:qualname" of each class in its source files) and that has comparison or conversion methods of its own, and
+unittest.mock's objects that equal anything, become a value that equals nothing. The library's classes are those
+that existed when this module was imported, before any code of the repository ran. What this cannot see (a
+changed comparison method of a class the base has, code that rebinds the tests' names, modules first imported
+inside a test) the canaries and the syntax scan catch (composer.env.canaries, composer.env.tampering).
 """
 
+import json
 import os
 import sys
 import types
@@ -29,6 +33,7 @@ _type_flags = type.__dict__["__flags__"].__get__
 _type_qualname = type.__dict__["__qualname__"].__get__
 _type_module = type.__dict__["__module__"].__get__
 _type_setattr = type.__setattr__
+_type_subclasses = type.__dict__["__subclasses__"]
 _object_dict = object.__getattribute__
 _HEAPTYPE = 1 << 9
 _FunctionType, _GeneratorType, _ModuleType = types.FunctionType, types.GeneratorType, types.ModuleType
@@ -77,13 +82,25 @@ def _test_side(path: str) -> bool:
             or any(part in ("tests", "test", "testing") for part in rel[:-1]))
 
 
+def _classes() -> dict:
+    """{id: class} of every class that exists now: before any code of the repository ran, all of them library's."""
+    found, stack = {}, [object]
+    while stack:
+        for sub in _type_subclasses(stack.pop()):
+            if id(sub) not in found:
+                found[id(sub)] = sub
+                stack.append(sub)
+    return found
+
+
+_LIBRARY = _classes()
+_KNOWN = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_KNOWN_CLASSES", "[]")))  # "module:qualname"
+
+
 def _library_class(cls) -> bool:
-    """A class that no code of the repository made: builtin, or found under its name in a module from elsewhere."""
-    if not _type_flags(cls) & _HEAPTYPE:
-        return True
-    module = sys.modules.get(_type_module(cls))
-    file = getattr(module, "__file__", None) if type(module) is _ModuleType else None
-    return file is not None and not _inside(file) and getattr(module, _type_qualname(cls), None) is cls
+    """A class that no code of the repository made: builtin, or there before the repository's code ran (a class
+    that only says it comes from elsewhere, by its __module__, is the repository's)."""
+    return not _type_flags(cls) & _HEAPTYPE or id(cls) in _LIBRARY
 
 
 def _library_member(cls, base, name, value) -> bool:
@@ -130,6 +147,9 @@ def plain(value, _seen=None):
         mocks = _mock_types()
         if mocks and any(m in _type_mro(cls) for m in mocks):
             return _Unequal()
+        if not _library_class(cls) and f"{_type_module(cls)}:{_type_qualname(cls)}" not in _KNOWN \
+                and _rigged(cls, object):
+            return _Unequal()  # a class the base does not define, with comparisons of its own
         if cls in _guarded_classes:
             _plain_attributes(value, seen)
         return value

@@ -136,6 +136,7 @@ class TestRun:
     returncode: int
     duration_s: float
     error: str | None
+    missing: tuple[str, ...] = ()  # requested ids that gave no outcome at all (not collected, never reached)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,19 @@ def _probed_mode() -> str:
         if probe.returncode == 0:
             return mode
     return "plain"
+
+
+def guarantees(mode: str | None = None) -> dict[str, bool]:
+    """What a run is guaranteed in `mode` (default: this host's), the facts that tests and reports rest on:
+    process_cap (max_procs bounds its processes: RLIMIT_NPROC, which root ignores, also root inside a user
+    namespace), private_files (its own filesystem and uid: host files, the plugin and a grading copy out of its
+    write reach), no_network (its own network namespace), pid_namespace (its tree dies with it)."""
+    mode = mode or _mode()
+    root = os.geteuid() == 0
+    return {"process_cap": mode == "root-ns" or (mode in ("user-ns", "plain") and not root),
+            "private_files": mode == "root-ns",
+            "no_network": mode in ("root-ns", "user-ns"),
+            "pid_namespace": mode in ("root-ns", "user-ns", "pid-ns")}
 
 
 @functools.cache
@@ -708,11 +722,12 @@ def run_python(repo_dir: Path, args: list[str], *, extra_env: dict | None = None
         return s.run(args, extra_env=extra_env)
 
 
-def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, **limits) -> TestRun:
+def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, known_classes=(), **limits) -> TestRun:
     """Run pytest once on `test_ids` (all collected tests when empty) under `Limits(**limits)`; outcome per node id.
     grading: a submission's graded run: the tests see the code under test's values made plain
-    (composer/env/plain_values.py), and in "root-ns" the repository is the caller's, read-only to the run (its
-    code cannot rewrite the graded test files or the canaries in them).
+    (composer/env/plain_values.py; known_classes: "module:qualname" of the classes the base commit defines), and in
+    "root-ns" the repository is the caller's, read-only to the run (its code cannot rewrite the graded test files
+    or the canaries in them).
 
     pytest gets the ids' files and the plugin keeps just the ids, so one missing id does not
     abort the run (pytest alone would exit 4 and run nothing). A file id ("tests/test_x.py")
@@ -736,7 +751,7 @@ def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, **
             finally:
                 report.close()
 
-        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner, grading)
+        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner, grading, known_classes)
 
 
 class _ForkFailed(Exception):
@@ -826,7 +841,7 @@ def config_file(repo: Path, plugin_dir: Path) -> Path:
 
 
 def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: Path, runner,
-                 grading: bool = False) -> TestRun:
+                 grading: bool = False, known_classes=()) -> TestRun:
     """One pytest run through `runner(pytest_args, env) -> (rc, output, timed_out, report bytes)`, cold or warm
     alike: the same arguments, the same plugin, the same outcome rules."""
     start = time.monotonic()
@@ -835,6 +850,7 @@ def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: 
     env = {"COMPOSER_SANDBOX_TOKEN": token}
     if grading:
         env["COMPOSER_SANDBOX_PLAIN"] = plugin_name(plugin_dir, PLAIN_NAME)
+        env["COMPOSER_SANDBOX_KNOWN_CLASSES"] = json.dumps(sorted(known_classes))
     if test_ids:
         env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
     # A grading run's output is read by nobody: no tracebacks (its failing canaries would cost ~7 ms each).
@@ -862,7 +878,7 @@ def _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, st
         error = f"pytest exited ({rc}) without finishing its session: it never started, or the tests ended the process"
     if error is None and missing:
         error = f"{len(missing)} requested test(s) did not run: {', '.join(missing[:5])}"
-    return TestRun(outcomes, output, timed_out, rc, time.monotonic() - start, error)
+    return TestRun(outcomes, output, timed_out, rc, time.monotonic() - start, error, tuple(missing))
 
 
 def _exists_inside(repo: Path, rel: str) -> bool:

@@ -233,6 +233,7 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
     with tempfile.TemporaryDirectory(prefix="composer-eval-") as tmp:
         try:
             repo = tasks.materialize(instance, Path(tmp) / "repo", with_tests=False)
+            known = grading.defined_classes(repo)
             changed = sandbox.diff_paths(patch) if patch.strip() else []
             before = {p: _text(repo, p) for p in changed}
             if patch.strip():
@@ -247,11 +248,12 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
             return report  # not resolved, and not run: the run's outcomes could not be trusted
         test_files = list(dict.fromkeys(t.split("::")[0] for t in f2p + p2p))
         planted = canaries.plant({f: (repo / f).read_text() for f in test_files if (repo / f).is_file()},
-                                 f2p + p2p, random.Random(secrets.randbits(64)))
+                                 f2p, p2p, random.Random(secrets.randbits(64)))
         for f, text in planted.files.items():
             (repo / f).write_text(text)
-        run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True)
-    outcomes, report["tampering"]["forged"] = planted.read(run.outcomes, ran_whole=run.error is None)
+        run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True, known_classes=known)
+    outcomes, report["tampering"]["forged"] = planted.read(run.outcomes, missing=run.missing,
+                                                           timed_out=run.timed_out)
     report["error"] = run.error
 
     def split(ids):
@@ -259,8 +261,9 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
 
     status = {"FAIL_TO_PASS": split(f2p), "PASS_TO_PASS": split(p2p),
               "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}
-    report["resolved"] = not report["tampering"]["forged"] and not status["FAIL_TO_PASS"]["failure"] \
-        and not status["PASS_TO_PASS"]["failure"]
+    # a run that did not finish resolves nothing: its missing tests may be canaries that a forger kept from running
+    report["resolved"] = run.error is None and not report["tampering"]["forged"] \
+        and not status["FAIL_TO_PASS"]["failure"] and not status["PASS_TO_PASS"]["failure"]
     report["tests_status"] = status
     return report
 

@@ -74,9 +74,12 @@ MODULE_ATTRIBUTES = {
                         "ending the process, or another process"),
 }
 MODULE_ATTRIBUTES["posix"] = MODULE_ATTRIBUTES["os"]
-STRINGS = {"_pytest": "pytest internals", "pytest": "pytest internals", "pluggy": "pytest internals",
-           "/proc/": "/proc", "COMPOSER_": "the sandbox's variables", "PYTEST_": "the sandbox's variables",
-           "conftest": "pytest internals", "__code__": "frame or code-object access"}
+# Words in string constants, matched without regard to case.
+STRINGS = {"pytest": "pytest internals", "pluggy": "pytest internals", "conftest": "pytest internals",
+           "/proc/": "/proc", "composer": "the sandbox's names", "current_test": "the sandbox's names",
+           "__code__": "frame or code-object access"}
+# The outcome plugin's internals, read from any object.
+PLUGIN_ATTRIBUTES = frozenset({"_FD", "_TOKEN", "_send", "_WANTED", "_PLAIN"})
 # Methods by which a value decides how it compares, hashes, iterates or converts.
 COMPARING = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__",
                        "__iter__", "__contains__", "__getitem__", "__missing__", "__index__", "__int__", "__float__",
@@ -84,7 +87,8 @@ COMPARING = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__
                        "__subclasscheck__", "__class__", "__getattr__", "__getattribute__"})
 BUILTIN_VALUES = frozenset({"int", "float", "complex", "str", "bytes", "list", "tuple", "dict", "set", "frozenset",
                             "bool", "bytearray"})
-ATTRIBUTE_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+ATTRIBUTE_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr", "__getattribute__", "__setattr__",
+                             "__delattr__"})
 COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
 
 
@@ -123,9 +127,27 @@ def _findings(text: str | bytes) -> list[tuple[tuple[str, str, str], int]] | Non
 
 
 def _aliases(tree) -> dict[str, str]:
-    """{local name: module} for every name the file binds to the sys, os or posix module."""
-    return {alias.asname or alias.name: alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-            for alias in node.names if alias.name in MODULE_ATTRIBUTES}
+    """{local name: what it stands for} for every name the file binds to the sys, os or posix module (by import or
+    by assignment from such a name) or to a builtin value type (`_List = list`)."""
+    found = {alias.asname or alias.name: alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names if alias.name in MODULE_ATTRIBUTES}
+    known = lambda name: found.get(name) or (name if name in BUILTIN_VALUES or name in MODULE_ATTRIBUTES else None)  # noqa: E731
+    for _ in range(3):  # chains of assignments, a few links deep
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and known(node.value.id):
+                found.update({t.id: known(node.value.id) for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+def _class_statements(body) -> list:
+    """The statements of a class body, through if/with/try/for/while blocks (not into nested defs)."""
+    out = []
+    for stmt in body:
+        out.append(stmt)
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                out += _class_statements(getattr(stmt, field, []) or [])
+    return out
 
 
 class _Visitor(ast.NodeVisitor):
@@ -152,9 +174,12 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_ClassDef(self, node):
         for base in node.bases:
-            if isinstance(base, ast.Name) and base.id in BUILTIN_VALUES:
-                self.add("rigged comparisons (a subclass of a builtin value type)", base.id, node)
-        for item in node.body:
+            name = base.id if isinstance(base, ast.Name) else None
+            if name in BUILTIN_VALUES or self.aliases.get(name) in BUILTIN_VALUES:
+                self.add("rigged comparisons (a subclass of a builtin value type)", name, node)
+            elif not isinstance(base, (ast.Name, ast.Attribute)):
+                self.add("rigged comparisons (a class on a computed base)", ast.unparse(base)[:40], node)
+        for item in _class_statements(node.body):
             names = [item.name] if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) else [
                 t.id for t in getattr(item, "targets", [getattr(item, "target", None)]) if isinstance(t, ast.Name)]
             for name in names:
@@ -192,11 +217,15 @@ class _Visitor(ast.NodeVisitor):
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
         if name in CALLS:
             self.add(CALLS[name], name, node)
-        if name in ATTRIBUTE_CALLS and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
-            self.add("an attribute name computed at run time", name, node)
-        if name in ("setattr", "delattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
-                and str(node.args[1].value).startswith("__"):
-            self.add("rigged comparisons (a method assigned at run time)", str(node.args[1].value), node)
+        if name in ATTRIBUTE_CALLS and len(node.args) >= 2:
+            attribute = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+            if not isinstance(attribute, str):
+                self.add("an attribute name computed at run time", name, node)
+            elif "set" in name or "del" in name:
+                if attribute.startswith("__"):
+                    self.add("rigged comparisons (a method assigned at run time)", attribute, node)
+            elif attribute in ATTRIBUTES or attribute in PLUGIN_ATTRIBUTES:
+                self.add(ATTRIBUTES.get(attribute, "the outcome plugin's internals"), attribute, node)
         if name in ("attrgetter", "methodcaller"):
             self.add("an attribute name computed at run time", name, node)
         if name == "type" and len(node.args) == 3:
@@ -208,7 +237,11 @@ class _Visitor(ast.NodeVisitor):
     def visit_Attribute(self, node):
         if node.attr in ATTRIBUTES:
             self.add(ATTRIBUTES[node.attr], node.attr, node)
-        if isinstance(node.value, ast.Name) and node.value.id in self.aliases:
+        if node.attr in PLUGIN_ATTRIBUTES or node.attr in ("_exit", "_getframe", "_current_frames"):
+            self.add("the outcome plugin's internals" if node.attr in PLUGIN_ATTRIBUTES else
+                     "ending the process, or another process" if node.attr == "_exit" else
+                     "frame or code-object access", node.attr, node)
+        elif isinstance(node.value, ast.Name) and self.aliases.get(node.value.id) in MODULE_ATTRIBUTES:
             what = MODULE_ATTRIBUTES[self.aliases[node.value.id]].get(node.attr)
             if what:
                 self.add(what, node.attr, node)
@@ -223,7 +256,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Constant(self, node):
         if isinstance(node.value, (str, bytes)):
-            text = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+            text = (node.value if isinstance(node.value, str) else node.value.decode("latin-1")).lower()
             for word, what in STRINGS.items():
                 if word in text:
                     self.add(what, word, node)
