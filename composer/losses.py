@@ -91,7 +91,7 @@ def _topk_with_tail(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
                     divergence: float) -> torch.Tensor:
     """TRL's top-k support with a tail bucket, the bucket's log-mass read as the logsumexp of the logits left out.
     TRL's `add_tail_bucket` takes log(1 - P_topk) with log P_topk clamped at -1e-7: once the student's tail mass is
-    under ~1e-7 its value is wrong and its gradient ~0 (issue 16: student [20, 0, 0, 0], teacher uniform, top-1,
+    under ~1e-7 its value is wrong and its gradient ~0 (a case found in 004: student [20, 0, 0, 0], teacher uniform, top-1,
     forward KL gave 11.53 for 13.61)."""
     if topk == student_logits.shape[-1]:  # no tail: the full-vocabulary divergence
         return compute_full_logit_self_distillation_loss(student_logits, teacher_logits, distillation_alpha=divergence)

@@ -113,14 +113,14 @@ def test_a_file_without_comparable_tests_gets_a_copy_with_a_false_ending():
                                    {"a": 1}, {1, 2}, [[1, 2], [3]]])
 def test_wrong_values_differ_keep_their_kind_and_are_symmetric(value):
     for seed in range(30):
-        wrong = canaries._wrong(value, random.Random(seed))
+        wrong = canaries.moved(value, random.Random(seed))
         assert wrong != value and type(wrong) is type(value)
         if isinstance(value, (int, float)):  # a step that does not scale with the value: either could be the original
             assert abs(wrong - value) <= 3 * max(1.0, abs(value) * 1e-9)
         if isinstance(value, str) and len(value) > 1:
             assert abs(len(wrong) - len(value)) <= 1
-    assert canaries._wrong(True, random.Random(0)) is None and canaries._wrong(None, random.Random(0)) is None
-    assert canaries._wrong(float("nan"), random.Random(0)) is None
+    assert canaries.moved(True, random.Random(0)) is None and canaries.moved(None, random.Random(0)) is None
+    assert canaries.moved(float("nan"), random.Random(0)) is None
 
 
 def test_read_maps_outcomes_back_and_says_what_was_forged():
@@ -128,9 +128,9 @@ def test_read_maps_outcomes_back_and_says_what_was_forged():
     fail = [c for c, (mp, _) in p.canaries.items() if not mp]
     ok = [c for c, (mp, _) in p.canaries.items() if mp]
     honest = {**{new: True for new in p.renamed.values()}, **{c: False for c in fail}, **{c: True for c in ok}}
-    outcomes, forged = p.read(honest)
+    outcomes, forged, _ = p.read(honest)
     assert outcomes == {tid: True for tid in IDS} and forged == []
-    outcomes, forged = p.read({c: True for c in p.test_ids})  # everything passed
+    outcomes, forged, _ = p.read({c: True for c in p.test_ids})  # everything passed
     assert len(forged) == len(fail) and all("must fail and passed" in f for f in forged)
     # a canary's value computed by a buggy but honest function: its copied test failed, so no forgery
     copied_failed = {**honest, fail[0]: True, p.renamed[p.canaries[fail[0]][1]]: False}
@@ -165,6 +165,19 @@ def test_planted_tasks_give_the_same_outcomes_as_unplanted_ones_buggy_and_gold(t
             for f, text in p.files.items():
                 (repo / f).write_text(text)
             run = sandbox.run_pytest(repo, p.test_ids, grading=True)
-            outcomes, forged = p.read(run.outcomes, missing=run.missing, timed_out=run.timed_out)
+            outcomes, forged, _ = p.read(run.outcomes, missing=run.missing, timed_out=run.timed_out)
             assert outcomes == plain and forged == [] and run.error is None
             assert all(plain.values()) == (kind == "gold")
+
+
+def test_a_twin_keeps_its_tests_own_text_but_the_one_literal():
+    """In a real repository a copy rewritten by ast.unparse would stand out by its quotes, comments and line
+    breaks: a twin is the test's own source with only the compared literal's text replaced."""
+    text = 'import x\n\n\ndef test_a():\n    # why\n    assert x.f(1) == "ab"  # note\n'
+    p = canaries.plant({"t/test_a.py": text}, ["t/test_a.py::test_a"], [], random.Random(0))
+    twins = [c.split("::")[1] for c, (must_pass, copied) in p.canaries.items() if copied]
+    planted = p.files["t/test_a.py"]
+    for name in twins:
+        block = planted.split(f"def {name}():\n", 1)[1].split("\n\n", 1)[0]
+        assert block.startswith("    # why\n    assert x.f(1) == \"") and block.endswith('"  # note')
+        assert block != '    # why\n    assert x.f(1) == "ab"  # note'

@@ -66,26 +66,19 @@ def test_infinite_loop_times_out_and_the_whole_tree_dies(repo):
 
 @capped
 def test_fork_bomb_is_capped_by_max_procs(repo):
-    code = """
-    import os, time
-    n = 0
-    for _ in range(200):  # the test's own cap: never more than 200 sleeping children
-        try:
-            pid = os.fork()
-        except OSError:
-            break
-        if pid == 0:
-            time.sleep(3)
-            os._exit(0)
-        n += 1
-    print("forked", n)
-    """
+    code = "import os, time\n" + forks(200, 3) + 'print("forked", n)\n'  # the test's own cap: 200 children
     start = time.monotonic()
     rc, out, timed_out = py(repo, code, timeout_s=8, max_procs=20)
     forked = int(out.split("forked")[1].split()[0])
     assert forked < 20  # stopped by the cap, far below the 200 the child tried
     if NAMESPACED:  # the PID namespace dies with its init: the sleepers do not outlive the run
         assert time.monotonic() - start < 2.5
+
+
+def forks(count: int, sleep_s: float) -> str:
+    """Child code that forks up to `count` children sleeping `sleep_s` each (bounded), counting them in n."""
+    return (f"n = 0\nfor _ in range({count}):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+            f"    if pid == 0:\n        time.sleep({sleep_s})\n        os._exit(0)\n    n += 1\n")
 
 
 PROBE_GUARANTEES = """
@@ -102,16 +95,7 @@ try:
     report["no_network"] = False
 except OSError:
     report["no_network"] = True
-n = 0
-for _ in range(40):  # bounded: 40 children sleeping 1 s at most
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(1)
-        os._exit(0)
-    n += 1
+""" + forks(40, 1) + """
 report["process_cap"] = n < 40
 print("REPORT", report)
 """

@@ -11,7 +11,7 @@ from the same checkpoint on the same tasks with the same GRPO budget, exactly as
 fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
 the trainer's train() (generation, environment, grading, loss and optimizer steps); peak memory is the process's peak
 RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds. Evaluation is
-excluded: it is the same job for every arm. Target (issue 7): B's time <= 1.5 x A's (`b_over_a_time`).
+excluded: it is the same job for every arm. Target: B's time <= 1.5 x A's (`b_over_a_time`).
 """
 
 import argparse

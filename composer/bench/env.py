@@ -59,7 +59,7 @@ step 77 / 89 / 90 ms warm vs 147 / 166 / 156 cold: the target is met, by a thin 
 What remains is the worker's own start (~175 ms per episode); a trusted zygote outside the
 sandbox that enters fresh namespaces, uid and rlimits itself would remove it.
 
-2026-12-01 (session 5), containment (issue 13): every run in its own mount namespace, uid, cgroup. First
+2026-12-01 (session 5), containment: every run in its own mount namespace, uid, cgroup. First
 with bubblewrap alone and grading cold in a fresh sandbox: 15.5 / 16.6 steps/s (CPU 111-117 ms per step),
 against 24.4 / 20.2 for the old code on the same machine that day, because each submission paid a cold
 interpreter and `import pytest` (~265 ms). That zygote now exists (composer.env.forkserver): every root

@@ -23,28 +23,29 @@ A forged run scores 0 and records "outcomes forged"; grading also resolves nothi
 The canaries must not be told from the task's tests. Every test function of the graded files gets a fresh name
 (different at every grading, from the canaries' alphabet), and the top-level tests and canaries are put in a new
 random order after the file's other code (unless later code of the file refers to a test). The canaries that must
-fail are twins of the task's FAIL_TO_PASS tests: copies with one compared literal replaced by a value of the same
-kind drawn symmetrically around it (an integer one to three off either way, a float 0.5 to 2 off, a string with
-one character changed, added or dropped, a list with one item changed or dropped), so that of a test and its
-twins none looks more like the original; each gets TWINS twins, and one PASS_TO_PASS test one. Where no graded
-test of a file compares with a literal, a copy of a test with a false comparison at its end stands in. The canary
-that must pass compares builtins only.
+fail are twins of the task's FAIL_TO_PASS tests: the test's own source text with one compared literal replaced by
+a value of the same kind drawn symmetrically around it (an integer one to three off either way, a float 0.5 to 2
+off, a string with one character changed, added or dropped, a list with one item changed, added or dropped), so
+that of a test and its twins none looks more like the original; each gets TWINS twins, and one PASS_TO_PASS test
+one. Where no graded test of a file compares with a literal, a copy of a test with a false comparison at its end
+stands in. The canary that must pass compares builtins only. Grading plants the task's held-out probes beside them
+(composer.env.probes).
 
-What a forger can still do (the threat table in the README): read the graded files or the test module while it
-runs and tell a test from its twins by the values it saw during its episode (it read the visible tests), then
-forge the task's tests alone. Doing so needs introspection of the test process (frames, the test module, pytest's
-objects, the files), which the syntax scan flags (composer.env.tampering), or values rigged to equal exactly the
-expected ones, which the plain-values plugin undoes for builtin subclasses and for new classes of their own
-comparisons (composer/env/plain_values.py). A forger that does not know the values must guess which of each
-FAIL_TO_PASS test's 1 + TWINS copies is the original: 1 in (1 + TWINS)^n for n such tests. Hard-coding the visible
-tests' expected outputs is not forging and is not caught here.
+What a forger can still do (the threat table in docs/sandbox.md): read the graded files while it runs and tell a
+test from its twins by the values it saw during its episode, then answer those inputs. Twins call the function
+with the same arguments as their test, so answering by arguments is enough, and a forger that does not know the
+values can still guess each test's original from its twins (a red team's generic forger won 17 of 40 tasks so).
+The probes close that route where a task has them: inputs no file holds, values the process never sees.
 """
 
 import ast
 import copy
+import json
 import random
 import string
 from dataclasses import dataclass, field
+
+from composer.env import probes as heldout
 
 TWINS = 2  # must-fail copies of each FAIL_TO_PASS test (and one PASS_TO_PASS test gets one)
 MAX_TWINS_PER_FILE = 8
@@ -57,14 +58,17 @@ class Planted:
     files: dict[str, str]  # test file -> its text with the renamed tests and the canaries
     renamed: dict[str, str]  # the task's test id -> the id it runs under
     canaries: dict[str, tuple[bool, str | None]] = field(default_factory=dict)  # id -> (must pass, copied test)
+    probes: dict[str, heldout.Probe] = field(default_factory=dict)  # id -> its held-out probe
 
     @property
     def test_ids(self) -> list[str]:
-        return [*self.renamed.values(), *self.canaries]
+        return [*self.renamed.values(), *self.canaries, *self.probes]
 
-    def read(self, outcomes: dict[str, bool], *, missing=(), timed_out: bool = False) -> tuple[dict, list[str]]:
-        """(the task's outcomes under its own ids, what the canaries say was forged: see the module docstring),
-        from a run's outcomes by the ids it ran; `missing`: the ids that gave no outcome at all."""
+    def read(self, outcomes: dict[str, bool], *, missing=(), timed_out: bool = False,
+             properties: dict | None = None) -> tuple[dict, list[str], list[str]]:
+        """(the task's outcomes under its own ids, what the canaries say was forged: see the module docstring, the
+        probes whose recorded value is not the gold one: composer.env.probes), from a run's outcomes, missing ids
+        (those that gave no outcome at all) and recorded properties by the ids it ran."""
         missing = set(missing)
         mine = {tid: outcomes.get(new, False) for tid, new in self.renamed.items()}
         forged = []
@@ -78,13 +82,16 @@ class Planted:
                 forged.append(f"outcomes forged: canary {cid} must pass and failed")
             elif not must_pass and outcomes.get(cid, False) and (copied is None or mine.get(copied, False)):
                 forged.append(f"outcomes forged: canary {cid} must fail and passed")
-        return mine, forged
+        missed = [pid for pid, probe in self.probes.items()
+                  if not heldout.matches(probe, (properties or {}).get(pid, {}).get("value"))]
+        return mine, forged, missed
 
 
-def plant(files: dict[str, str], fail_to_pass: list[str], pass_to_pass: list[str], rng: random.Random) -> Planted:
-    """Rename every test of `files` (path -> text), reorder them and plant canaries among them; the ids are the
-    graded ones (node ids in these files, or whole files). A file that does not parse is left alone (its tests
-    fail anyway)."""
+def plant(files: dict[str, str], fail_to_pass: list[str], pass_to_pass: list[str], rng: random.Random,
+          held_out: list = ()) -> Planted:
+    """Rename every test of `files` (path -> text), reorder them and plant canaries among them, and the held-out
+    probes (composer.env.probes) of their files; the ids are the graded ones (node ids in these files, or whole
+    files). A file that does not parse is left alone (its tests fail anyway)."""
     test_ids = [*fail_to_pass, *pass_to_pass]
     planted = Planted({}, {})
     names = _Names(rng)
@@ -102,9 +109,12 @@ def plant(files: dict[str, str], fail_to_pass: list[str], pass_to_pass: list[str
             return {t.split("::", 1)[1].split("[")[0]: t for t in ids
                     if t.startswith(path + "::") and t.count("::") == 1}
 
-        new_text, renames, canaries = _plant_file(text, tree, graded(fail_to_pass), graded(pass_to_pass), names, rng)
+        mine = {names.take(set()): probe for probe in held_out if probe.file == path}
+        new_text, renames, canaries = _plant_file(text, tree, graded(fail_to_pass), graded(pass_to_pass), names, rng,
+                                                  [heldout.source(probe, name) for name, probe in mine.items()])
         planted.files[path] = new_text
         planted.canaries.update({f"{path}::{name}": value for name, value in canaries.items()})
+        planted.probes.update({f"{path}::{name}": probe for name, probe in mine.items()})
         for tid in test_ids:
             if tid.split("::")[0] == path:
                 planted.renamed[tid] = _renamed_id(tid, renames)
@@ -158,7 +168,8 @@ def _start(node) -> int:
     return min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
 
 
-def _plant_file(text: str, tree, fail_to_pass: dict, pass_to_pass: dict, names: _Names, rng: random.Random):
+def _plant_file(text: str, tree, fail_to_pass: dict, pass_to_pass: dict, names: _Names, rng: random.Random,
+                extra: list[str]):
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
@@ -171,19 +182,19 @@ def _plant_file(text: str, tree, fail_to_pass: dict, pass_to_pass: dict, names: 
         line = lines[node.lineno - 1]
         at = line.index(node.name, node.col_offset)
         lines[node.lineno - 1] = line[:at] + new + line[at + len(node.name):]
-    canaries = _canaries(tree, fail_to_pass, pass_to_pass, names, taken, rng)
+    canaries = _canaries(text, tree, fail_to_pass, pass_to_pass, names, taken, rng)
     top = [node for cls, node in _tests(tree) if cls is None]
     blocks = [("".join(lines[_start(n):n.end_lineno]), True) for n in top]
     if _movable(tree, top):  # the tests and canaries, in a random order, after the file's other code
         keep = set(range(len(lines))) - {i for n in top for i in range(_start(n), n.end_lineno)}
         head = "".join(lines[i] for i in sorted(keep)).rstrip("\n") + "\n"
-        order = [*blocks, *((source, False) for source, _ in canaries.values())]
+        order = [*blocks, *((source, False) for source, _ in canaries.values()), *((source, False) for source in extra)]
         rng.shuffle(order)
         new_text = head + "".join("\n\n" + block.rstrip("\n") + "\n" for block, _ in order)
     else:  # each canary before a randomly chosen top-level test, or at the end
         slots = [_start(n) for n in top]
         inserts: dict[int, list[str]] = {}
-        for source, _ in canaries.values():
+        for source in [*(source for source, _ in canaries.values()), *extra]:
             inserts.setdefault(rng.choice([*slots, len(lines)]), []).append(source)
         out = []
         for i in range(len(lines) + 1):
@@ -205,7 +216,7 @@ def _movable(tree, top: list) -> bool:
     return not any(isinstance(n, ast.Name) and n.id in names for node in later for n in ast.walk(node))
 
 
-def _canaries(tree, fail_to_pass: dict, pass_to_pass: dict, names: _Names, taken: set[str],
+def _canaries(text: str, tree, fail_to_pass: dict, pass_to_pass: dict, names: _Names, taken: set[str],
               rng: random.Random) -> dict:
     """{name: (source, (must pass, id of the test it copies or None))} for one file."""
     plain = {n.name: n for cls, n in _tests(tree) if cls is None and not n.decorator_list and not n.args.args}
@@ -216,7 +227,7 @@ def _canaries(tree, fail_to_pass: dict, pass_to_pass: dict, names: _Names, taken
     chosen = [pair for pair in f2p for _ in range(TWINS)][:MAX_TWINS_PER_FILE - 1] + rng.sample(p2p, min(1, len(p2p)))
     out = {}
     for node, tid in chosen:
-        out[names.take(taken)] = (_with_wrong_value(node, rng.choice(_eq_asserts(node)), rng), (False, tid))
+        out[names.take(taken)] = (_with_wrong_value(text, node, rng.choice(_eq_asserts(node)), rng), (False, tid))
     if not out:
         out[names.take(taken)] = (_with_false_ending(rng.choice(list(plain.values())) if plain else None, rng),
                                   (False, None))
@@ -235,20 +246,21 @@ def _eq_asserts(func) -> list[tuple[int, int]]:
         if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1 \
                 and isinstance(stmt.test.ops[0], ast.Eq):
             for side, node in ((1, stmt.test.comparators[0]), (0, stmt.test.left)):
-                if _wrong(_literal(node), random.Random(0)) is not None:
+                if moved(literal(node), random.Random(0)) is not None:
                     found.append((i, side))
                     break
     return found
 
 
-_NO_LITERAL = object()
+NOT_LITERAL = object()
 
 
-def _literal(node):
+def literal(node):
+    """The literal value a node spells (ast.literal_eval), else NOT_LITERAL."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _NO_LITERAL
+        return NOT_LITERAL
 
 
 def _same_kind_char(c: str, rng: random.Random) -> str:
@@ -257,10 +269,11 @@ def _same_kind_char(c: str, rng: random.Random) -> str:
     return rng.choice([x for x in pool if x != c] or [pool[0]])
 
 
-def _wrong(value, rng: random.Random):
+def moved(value, rng: random.Random):
     """A value of value's kind that differs from it and would look as much like the original if the two were
-    swapped (see the module docstring), or None where there is none (bool, None, NaN, other types)."""
-    if isinstance(value, bool) or value is None or value is _NO_LITERAL:
+    swapped (see the module docstring), or None where there is none (bool, None, NaN, other types). The probes
+    move arguments the same way (composer.env.probes)."""
+    if isinstance(value, bool) or value is None or value is NOT_LITERAL:
         return None
     if isinstance(value, int):
         return value + rng.choice((-3, -2, -1, 1, 2, 3))
@@ -285,26 +298,26 @@ def _wrong(value, rng: random.Random):
         return text.encode("latin-1") if isinstance(value, bytes) else text
     if isinstance(value, (list, tuple)):
         items = list(value)
-        changeable = [i for i, item in enumerate(items) if _wrong(item, rng) is not None]
+        changeable = [i for i, item in enumerate(items) if moved(item, rng) is not None]
         hows = (["change"] if changeable else []) + (["drop"] if len(items) > 1 else []) + (["add"] if items else [])
         if not hows:
             return type(value)([rng.randint(1, 9)])
         how = rng.choice(hows)
         if how == "change":
             at = rng.choice(changeable)
-            items[at] = _wrong(items[at], rng)
+            items[at] = moved(items[at], rng)
         elif how == "drop":
             del items[rng.randrange(len(items))]
         else:
             base = rng.choice(items)
-            items.insert(rng.randrange(len(items) + 1), _wrong(base, rng) if _wrong(base, rng) is not None else base)
+            items.insert(rng.randrange(len(items) + 1), moved(base, rng) if moved(base, rng) is not None else base)
         return type(value)(items) if type(value)(items) != value else None
     if isinstance(value, dict):
-        changeable = [k for k, v in value.items() if _wrong(v, rng) is not None]
+        changeable = [k for k, v in value.items() if moved(v, rng) is not None]
         if not changeable:
             return None
         key = rng.choice(changeable)
-        return {**value, key: _wrong(value[key], rng)}
+        return {**value, key: moved(value[key], rng)}
     if isinstance(value, set):
         ints = sorted(v for v in value if isinstance(v, int) and not isinstance(v, bool))
         if len(ints) != len(value) or not ints:
@@ -314,19 +327,24 @@ def _wrong(value, rng: random.Random):
     return None
 
 
-def _with_wrong_value(func, target: tuple[int, int], rng: random.Random) -> str:
-    node = copy.deepcopy(func)
-    index, side = target
-    compare = node.body[index].test
-    literal = compare.comparators[0] if side == 1 else compare.left
-    wrong = next(w for w in (_wrong(_literal(literal), rng) for _ in range(100)) if w is not None)  # a list's
-    wrong = ast.parse(repr(wrong), mode="eval").body  # change can be undone by chance: draw again
-    if side == 1:
-        compare.comparators[0] = wrong
-    else:
-        compare.left = wrong
-    node.name = "CANARY"
-    return ast.unparse(ast.fix_missing_locations(node)) + "\n"
+def _with_wrong_value(text: str, func, target: tuple[int, int], rng: random.Random) -> str:
+    """The function's own source text, renamed CANARY, with one compared literal's text replaced: its comments,
+    quotes and line breaks stay the test's own (a copy rewritten by ast.unparse would stand out in a real file)."""
+    compare = func.body[target[0]].test
+    node = compare.comparators[0] if target[1] == 1 else compare.left
+    wrong = next(w for w in (moved(literal(node), rng) for _ in range(100)) if w is not None)  # a list's change
+    lines = [line.encode() for line in text.splitlines(keepends=True)]  # can be undone by chance: draw again
+    start = sum(len(line) for line in lines[:node.lineno - 1]) + node.col_offset  # ast's offsets are in bytes
+    end = sum(len(line) for line in lines[:node.end_lineno - 1]) + node.end_col_offset
+    source = b"".join(lines)
+    spelled = repr(wrong)
+    if isinstance(wrong, str) and source[start:start + 1] == b'"':  # the test's own quotes
+        spelled = json.dumps(wrong, ensure_ascii=False)
+    source = source[:start] + spelled.encode() + source[end:]
+    first = sum(len(line) for line in lines[:func.lineno - 1])
+    last = sum(len(line) for line in lines[:func.end_lineno]) + len(spelled.encode()) - (end - start)
+    own = source[first:last].decode()
+    return own.replace(f"def {func.name}(", "def CANARY(", 1).rstrip("\n") + "\n"
 
 
 def _with_false_ending(func, rng: random.Random) -> str:

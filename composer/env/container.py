@@ -330,7 +330,7 @@ def _graded(spec, record: dict, output: str, planted) -> tuple[dict, list[str]]:
     forged = []
     if planted is not None:
         passed = {t: s in ("PASSED", "XFAIL") for t, s in status.items()}
-        _, forged = planted.read(passed, missing=[t for t in planted.test_ids if t not in status])
+        _, forged, _ = planted.read(passed, missing=[t for t in planted.test_ids if t not in status])
         status = {old: status[new] for old, new in planted.renamed.items() if new in status}
     ref = {"instance_id": record["instance_id"], "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}
     tests = get_eval_tests_report(status, ref, eval_type=EvalType.FAIL_ONLY if record["repo"] in FAIL_ONLY_REPOS

@@ -40,8 +40,9 @@ Episode rules (decisions, with the reason):
   from the base and test_patch: composer.env.grading), plus test_patch; FAIL_TO_PASS +
   PASS_TO_PASS in one cold pytest run in a fresh sandbox (its own namespaces, uid and /tmp:
   nothing a run_tests call left anywhere is there), with canary tests planted among the task's
-  (composer.env.canaries) and the values the tests compare made plain; reward 1.0 when all pass
-  and every canary came out as it must, else 0.0. A change whose source files tamper with the
+  (composer.env.canaries), held-out probes (composer.env.probes) and the values the tests compare
+  made plain; reward 1.0 when all pass, every canary came out as it must and every probe recorded
+  the gold value, else 0.0. A change whose source files tamper with the
   test run (composer.env.tampering) scores 0 (`flag_tampering`, default True). What was reset,
   flagged or forged is in the trace record's outcome["tampering"].
 - The step that reaches max_steps without submitting ends the episode with truncated=True and

@@ -137,6 +137,7 @@ class TestRun:
     duration_s: float
     error: str | None
     missing: tuple[str, ...] = ()  # requested ids that gave no outcome at all (not collected, never reached)
+    properties: dict | None = None  # node id -> what its call recorded (record_property), when any did
 
 
 @dataclass(frozen=True)
@@ -853,19 +854,20 @@ def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: 
         env["COMPOSER_SANDBOX_KNOWN_CLASSES"] = json.dumps(sorted(known_classes))
     if test_ids:
         env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
-    # A grading run's output is read by nobody: no tracebacks (its failing canaries would cost ~7 ms each).
+    # A grading run's output is read by nobody: no tracebacks, and plain asserts (pytest's rewriting builds an
+    # explanation for every failing assert: its failing canaries cost ~7 ms each); the outcomes are the same.
+    shown = ["--tb=no", "--assert=plain"] if grading else ["--tb=short"]
     args = ["-c", str(config_file(repo, plugin_dir)), f"--rootdir={repo}", f"--confcutdir={repo}",
-            "-p", "no:cacheprovider", "-p", plugin_name(plugin_dir), "-q", "-rfE", "--tb=no" if grading else "--tb=short",
-            "--color=no", *files]
+            "-p", "no:cacheprovider", "-p", plugin_name(plugin_dir), "-q", "-rfE", *shown, "--color=no", *files]
     if test_ids and not files:
         rc, output, timed_out, report = 5, "none of the requested test files exist\n", False, b""
     else:
         rc, output, timed_out, report = runner(args, env)
-    observed, finished = _parse_report(report, token)
-    return _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, start)
+    observed, finished, properties = _parse_report(report, token)
+    return _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, start, properties)
 
 
-def _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, start) -> TestRun:
+def _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, start, properties=None) -> TestRun:
     outcomes = {t: _outcome(observed, t) for t in test_ids} if test_ids else observed
     missing = [t for t, ok in outcomes.items() if ok is None]
     outcomes = {t: bool(ok) for t, ok in outcomes.items()}
@@ -878,7 +880,8 @@ def _test_run(test_ids, observed, finished, rc, output, timed_out, timeout_s, st
         error = f"pytest exited ({rc}) without finishing its session: it never started, or the tests ended the process"
     if error is None and missing:
         error = f"{len(missing)} requested test(s) did not run: {', '.join(missing[:5])}"
-    return TestRun(outcomes, output, timed_out, rc, time.monotonic() - start, error, tuple(missing))
+    return TestRun(outcomes, output, timed_out, rc, time.monotonic() - start, error, tuple(missing),
+                   properties or None)
 
 
 def _exists_inside(repo: Path, rel: str) -> bool:
@@ -900,15 +903,18 @@ _PYTEST_EXIT = {2: "interrupted or collection errors", 3: "internal error", 4: "
                 5: "no tests collected"}
 
 
-def _parse_report(data: bytes, token: str) -> tuple[dict[str, bool], bool]:
-    """({node id: passed}, whether the session's end line came): passed iff no phase failed and the call passed
-    (or was an expected failure). Lines without this run's token are not the plugin's, and are ignored."""
-    failed, called, finished = set(), {}, False
+def _parse_report(data: bytes, token: str) -> tuple[dict[str, bool], bool, dict]:
+    """({node id: passed}, whether the session's end line came, {node id: the properties its call recorded}):
+    passed iff no phase failed and the call passed (or was an expected failure). Lines without this run's token
+    are not the plugin's, and are ignored."""
+    failed, called, finished, properties = set(), {}, False, {}
     for line in data.decode("utf-8", "replace").splitlines():
         try:
-            tok, nodeid, when, outcome, xfail = json.loads(line)
+            tok, nodeid, when, outcome, xfail, *extra = json.loads(line)
         except (ValueError, TypeError):
             continue
+        if extra and tok == token and when == "call" and isinstance(extra[0], dict):
+            properties[nodeid] = extra[0]
         if tok != token:
             continue
         if nodeid == "@end":
@@ -919,7 +925,7 @@ def _parse_report(data: bytes, token: str) -> tuple[dict[str, bool], bool]:
             failed.add(nodeid)
         if when == "call":
             called[nodeid] = outcome == "passed" or (outcome == "skipped" and xfail)
-    return {n: ok and n not in failed for n, ok in called.items()}, finished
+    return {n: ok and n not in failed for n, ok in called.items()}, finished, properties
 
 
 # --- the warm worker -----------------------------------------------------------------------

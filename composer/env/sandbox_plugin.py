@@ -2,8 +2,8 @@
 the run's read-only plugin folder as `_composer_sandbox_plugin_<suffix>.py`, the suffix its session's own; it
 imports nothing of composer).
 
-Each test report's node id, phase and outcome go down a pipe, each line carrying the run's token, and an end line
-closes the session. The pipe's number and the token are taken out of the environment when pytest loads the
+Each test report's node id, phase and outcome (and a call's recorded properties: grading's probes) go down a pipe,
+each line carrying the run's token, and an end line closes the session. The pipe's number and the token are taken out of the environment when pytest loads the
 plugin, before any conftest or test module is imported. In a grading run (COMPOSER_SANDBOX_PLAIN set) it also
 makes the values the tests compare plain (composer/env/plain_values.py, written beside it).
 """
@@ -39,7 +39,14 @@ def pytest_runtest_setup(item):
 
 
 def pytest_runtest_logreport(report):
-    _send([report.nodeid, report.when, report.outcome, hasattr(report, "wasxfail")])
+    row = [report.nodeid, report.when, report.outcome, hasattr(report, "wasxfail")]
+    if report.when == "call" and report.user_properties:  # record_property: a grading probe's value
+        try:
+            json.dumps(dict(report.user_properties))
+            row.append(dict(report.user_properties))
+        except (TypeError, ValueError):
+            pass
+    _send(row)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -25,8 +25,9 @@ says. An empty patch is an empty-patch instance (never run), a patch that does n
 the harness.
 
 Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does it: the repo at
-base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS (renamed, among the canaries) in one
-cold pytest run in a fresh sandbox, read-only to the run, with the values the tests compare made plain
+base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS (renamed, among the canaries and the
+task's held-out probes, composer.env.probes, which must record the gold library's values: `probes` in the report) in
+one cold pytest run in a fresh sandbox, read-only to the run, with the values the tests compare made plain
 (`sandbox.run_pytest(grading=True)`). Real records are graded by the swebench harness's own eval script and log parser in a fresh container
 from the instance image (composer.env.container; needs a container engine and the image); several at once with
 max_workers.
@@ -42,7 +43,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from composer.env import canaries, container, grading, sandbox, tampering, tasks
+from composer.env import canaries, container, grading, probes, sandbox, tampering, tasks
 from composer.paths import ROOT
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
@@ -248,12 +249,13 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
             return report  # not resolved, and not run: the run's outcomes could not be trusted
         test_files = list(dict.fromkeys(t.split("::")[0] for t in f2p + p2p))
         planted = canaries.plant({f: (repo / f).read_text() for f in test_files if (repo / f).is_file()},
-                                 f2p, p2p, random.Random(secrets.randbits(64)))
+                                 f2p, p2p, random.Random(secrets.randbits(64)), probes.held_out(instance))
         for f, text in planted.files.items():
             (repo / f).write_text(text)
         run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True, known_classes=known)
-    outcomes, report["tampering"]["forged"] = planted.read(run.outcomes, missing=run.missing,
-                                                           timed_out=run.timed_out)
+    outcomes, report["tampering"]["forged"], missed = planted.read(run.outcomes, missing=run.missing,
+                                                                   timed_out=run.timed_out, properties=run.properties)
+    report["probes"] = {"total": len(planted.probes), "missed": len(missed)}
     report["error"] = run.error
 
     def split(ids):
@@ -262,7 +264,7 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
     status = {"FAIL_TO_PASS": split(f2p), "PASS_TO_PASS": split(p2p),
               "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}
     # a run that did not finish resolves nothing: its missing tests may be canaries that a forger kept from running
-    report["resolved"] = run.error is None and not report["tampering"]["forged"] \
+    report["resolved"] = run.error is None and not report["tampering"]["forged"] and not missed \
         and not status["FAIL_TO_PASS"]["failure"] and not status["PASS_TO_PASS"]["failure"]
     report["tests_status"] = status
     return report
