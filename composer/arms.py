@@ -9,6 +9,8 @@ each job cached under the hash of what determines its result.
     done = arms.run(plan, "runs/004", workers=2)     # progress bar; finished jobs are read back, not rerun
     done["baseline"]["outcomes"]                     # tasks x samples of 0/1, the initial checkpoint
     done["B", 0]["eval"]["outcomes"], done["B", 0]["train"]["log"]
+    # from the notebook's parameters; ab_inputs does the work (pairs with reference log-probs, screening)
+    plan = arms.plan_from_parameters(parameters, ab_inputs.prepare(parameters, "runs/004"))
 
 An arm is a ComposerTrainer configuration: channel fields of ComposerConfig (trace_replay_weight,
 hint_distill_weight, hint_source, ...) plus `pairs`, the name of the DPO pairs dataset it trains on. Within a
@@ -34,7 +36,6 @@ so the outcomes are the one-process ones).
 """
 
 import dataclasses
-import functools
 import itertools
 import json
 import multiprocessing
@@ -123,149 +124,26 @@ class Plan:
             raise ValueError(f"{len(overlap)} test tasks are also train tasks (e.g. {sorted(overlap)[0]})")
 
 
-def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict:
-    """A pairs dataset for the plan, with reference log-probs under the initial `student`, built once:
-    make() -> the datasets.Dataset (e.g. 003's pairs), saved under run_dir/inputs/<name>-<hash of source_key and
-    the student>/pairs. Rebuilt only when the source or the student changes, so the train jobs' hashes (which
-    include the saved file) stay put. Returns {"path", "rows", "skipped"} (skipped: prompts past the context)."""
-    from composer import pairs
-
-    def build(tmp: Path):
-        dataset, skipped = pairs.add_reference_logps(make(), student)
-        pairs.save(dataset, tmp / "pairs")
-        (tmp / "meta.json").write_text(json.dumps({"rows": len(dataset), "skipped": skipped}), encoding="utf-8")
-
-    folder = publish(Path(run_dir) / "inputs" / f"{name}-{config_hash(source=source_key, student=Path(student).name)}",
-                      build)
-    return {"path": str(folder / "pairs"), **json.loads((folder / "meta.json").read_text(encoding="utf-8"))}
+def evaluation_engine(p: dict) -> dict:
+    """One switch: GRPO generating through vLLM (TRL's use_vllm) makes the screening and evaluations use it too.
+    Only then is the engine named, so the transformers path's cached jobs keep their keys."""
+    return {"engine": "vllm"} if p["trainer_config"].get("use_vllm") else {}
 
 
-def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, max_new_tokens: int, env: EnvConfig,
-           seed: int = 0, engine: str = "transformers") -> list[int]:
-    """Successes in `n` sampled rollouts of the student on each task (policies.evaluate at GRPO's temperature),
-    measured once: cached under run_dir/inputs/screen-<hash of everything that determines them>. GRPO learns only
-    from a group whose rewards differ, so 004 can train on the tasks whose success rate is strictly between 0
-    and 1 (the evaluation's sampler stands in for TRL's; the report shows the groups that had a signal)."""
-    from composer import policies
-    from composer.zoo import versions
-
-    def build(tmp: Path):
-        _, runs = policies.evaluate(student, tasks, k=1, n=n, temperature=temperature, seed=seed, env_config=env,
-                                    max_new_tokens=max_new_tokens, return_rollouts=True, engine=engine)
-        successes = [sum(reward == 1.0 for _, _, reward, _ in runs[i * n:(i + 1) * n]) for i in range(len(tasks))]
-        (tmp / "result.json").write_text(json.dumps({"successes": successes}), encoding="utf-8")
-
-    key = config_hash(student=Path(student).name, tasks=_records_key(tasks), n=n, temperature=temperature,
-                      max_new_tokens=max_new_tokens, env=dataclasses.asdict(env), seed=seed, **versions(),
-                      **({"engine": engine} if engine != "transformers" else {}))
-    return read(publish(Path(run_dir) / "inputs" / f"screen-{key}", build))["successes"]
-
-
-def plan_from_parameters(p: dict, run_dir) -> tuple[Plan, dict]:
-    """The notebook's parameters (see notebooks/004-*.ipynb) -> (Plan, about), for the notebook and the
-    benchmark. The student: a zoo profile's ("zoo:smoke"), or any Hugging Face model (a name or a folder), which then
-    needs its tasks and a turn budget named: p["train_tasks"], p["test_tasks"] (sources load_instances reads, e.g.
-    "lite:train" and "lite:test", SWE-bench Lite's fixed split) and p["max_new_tokens"]; a zoo student defaults to
-    its profile's splits and budget. The pairs: 003's (pairs/ and shuffled/ under p["pairs_dir"]) or, when it is ""
-    or missing, oracle pairs from p["oracle_pairs"] train tasks and their shuffled control; "expert":
-    pairs.expert_pairs on the train split, as many as B's (the positive control's). With p["screen_tasks"], GRPO
-    trains only on those first train tasks whose success rate `screen` finds strictly between 0 and 1. Refuses a
-    control of another size than B's pairs, and pairs from test tasks. about: pairs_source, inputs ({name:
-    prepare_pairs' dict}), oracle (bool), zoo profile (None for another student), student path, screened (None, or
-    the screened task_ids, successes, samples and how many were kept)."""
-    from composer import pairs, zoo
-    from composer.env.environment import tool_schemas
-    from composer.env.swebench import is_real, load_instances, real_missing
-    from composer.paths import ROOT
-
-    def tasks(source: str) -> list[dict]:
-        local = ROOT / source
-        return load_instances(local if not Path(source).is_absolute() and local.exists() else source)
-
-    profile = zoo.PROFILES[p["student"].split(":", 1)[1]] if p["student"].startswith("zoo:") else None
-    missing = [k for k in ("train_tasks", "test_tasks", "max_new_tokens") if not p[k]]
-    if profile is None and missing:
-        raise ValueError(f"student={p['student']!r} is no zoo student, so no zoo profile supplies {missing}: set them "
-                         "(e.g. train_tasks='lite:train', test_tasks='lite:test', max_new_tokens=4096)")
-    student = zoo.model(profile, "student") if profile else p["student"]
-    train = tasks(p["train_tasks"]) if p["train_tasks"] else zoo.split_tasks(profile, "train")
-    test = tasks(p["test_tasks"]) if p["test_tasks"] else zoo.split_tasks(profile, "test")
-    test = test[:p["n_test"]] if p["n_test"] else test
-    env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
-    max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
-    cannot = {t["instance_id"]: m for t in train + test if is_real(t) and (m := real_missing(t))}
-    if cannot:  # before hours of training, not at the first episode on such a task
-        first, problems = next(iter(cannot.items()))
-        raise RuntimeError(f"{len(cannot)} of the real SWE-bench tasks cannot run here, e.g. {first}: "
-                           + "; ".join(problems))
-    source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
-    oracle = not (p["pairs_dir"] and (source / "pairs").is_dir() and (source / "shuffled").is_dir())
-    if oracle:
-        rows = pairs.oracle_pairs(train[:p["oracle_pairs"]], seed=p["seed"])
-        made = {"pairs": lambda: pairs.to_dataset(rows, tool_schemas()),
-                "shuffled": lambda: pairs.to_dataset(pairs.shuffled_pairs(rows, seed=p["seed"]), tool_schemas())}
-        keys = {name: config_hash(oracle=[r["pair_id"] for r in rows], name=name, seed=p["seed"]) for name in made}
-        pairs_source = (f"oracle pairs ({len(rows)}: the expert's edit over the same edit with a slip, on train "
-                        "tasks): " + (f"003's output was not found at {p['pairs_dir']}" if p["pairs_dir"]
-                                      else "no pairs_dir given"))
-    else:
-        made = {name: functools.partial(pairs.load, source / name) for name in ("pairs", "shuffled")}
-        keys = {name: config_hash(text=(source / f"{name}.jsonl").read_text(encoding="utf-8")) for name in made}
-        pairs_source = f"003's pairs ({p['pairs_dir']})"
-    needed = sorted({a.get("pairs") for a in p["arms"].values() if a.get("trace_replay_weight", 0) > 0} - {None})
-    unknown = [n for n in needed if n not in [*made, "expert"]]
-    if unknown:
-        raise ValueError(f"arms ask for pairs {unknown}; there are {sorted([*made, 'expert'])}")
-    inputs = {name: prepare_pairs(run_dir, name, made[name], student=student, source_key=keys[name])
-              for name in needed if name != "expert"}
-    if "expert" in needed:  # the positive control: known-informative pairs, as many as B's
-        if "pairs" not in inputs:
-            raise ValueError("the 'expert' pairs (the positive control's) are as many as B's: an arm must train on "
-                             "'pairs'")
-        count = inputs["pairs"]["rows"]
-        inputs["expert"] = prepare_pairs(
-            run_dir, "expert", lambda: pairs.to_dataset(
-                pairs.expert_pairs(train, student, count=count, max_new_tokens=max_new_tokens), tool_schemas()),
-            student=student, source_key=config_hash(expert=count, train=_records_key(train), tokens=max_new_tokens))
-    for name, info in inputs.items():
-        if info["rows"] == 0:
-            raise ValueError(f"the {name} dataset has no pair the student's context can hold "
-                             f"({info['skipped']} skipped)")
-    if {"pairs", "shuffled"} <= set(inputs) and inputs["pairs"]["rows"] != inputs["shuffled"]["rows"]:
-        raise ValueError(f"the control must have as many pairs as B: {inputs['shuffled']['rows']} shuffled vs "
-                         f"{inputs['pairs']['rows']}")
-    test_ids = {r["instance_id"] for r in test}
-    leaked = sorted({t for info in inputs.values() for t in pairs.load(info["path"])["task_id"]} & test_ids)
-    if leaked:
-        raise ValueError(f"pairs come from test tasks ({leaked[:3]}): the evaluation would not be held out")
-    # One switch: GRPO generating through vLLM (TRL's use_vllm) makes the screening and evaluations use it too.
-    # Only then is the engine named, so the transformers path's cached jobs keep their keys.
-    engine = {"engine": "vllm"} if p["trainer_config"].get("use_vllm") else {}
-    screened = None
-    if p["screen_tasks"]:
-        candidates = train[:p["screen_tasks"]]
-        successes = screen(student, candidates, run_dir, n=p["generations"], temperature=p["temperature"],
-                           max_new_tokens=max_new_tokens, env=env, seed=p["seed"], **engine)
-        train = [t for t, c in zip(candidates, successes) if 0 < c < p["generations"]]
-        screened = {"task_ids": [t["instance_id"] for t in candidates], "successes": successes,
-                    "samples": p["generations"], "kept": len(train)}
-        per_seed = tasks_per_seed({**p, **p["trainer_config"]})
-        if len(train) < per_seed:
-            raise ValueError(f"{len(train)} of {len(candidates)} screened train tasks succeed in some but not all of "
-                             f"{p['generations']} rollouts at temperature {p['temperature']}; a seed trains on "
-                             f"{per_seed}: screen more (screen_tasks) or change the temperature")
-    plan = Plan(
-        student=student, train=train, test=test, arms=p["arms"], seeds=p["seeds"],
-        pairs={name: info["path"] for name, info in inputs.items()},
+def plan_from_parameters(p: dict, inputs) -> Plan:
+    """The notebook's parameters (see notebooks/004-*.ipynb) and the inputs ab_inputs.prepare made from them -> the
+    Plan. Loads no model and reads no file: the student, the splits, the environment, the turn budget and the pairs
+    datasets are the inputs'; the arms, seeds, GRPO budget and evaluation settings are the parameters'."""
+    return Plan(
+        student=inputs.student, train=inputs.train, test=inputs.test, arms=p["arms"], seeds=p["seeds"],
+        pairs={name: info["path"] for name, info in inputs.pairs.items()},
         grpo=dict(steps=p["steps"], prompts_per_step=p["prompts_per_step"], generations=p["generations"],
                   max_completion_length=p["max_completion_length"],
                   max_tool_calling_iterations=p["max_tool_calling_iterations"], temperature=p["temperature"],
                   learning_rate=p["learning_rate"], **p["trainer_config"]),
-        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=max_new_tokens, **engine,
-                        seed=p["seed"]),
-        env=env)
-    return plan, {"pairs_source": pairs_source, "inputs": inputs, "oracle": oracle, "profile": profile,
-                  "student": student, "screened": screened}
+        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=inputs.max_new_tokens,
+                        **evaluation_engine(p), seed=p["seed"]),
+        env=inputs.env)
 
 
 def tasks_per_seed(grpo: dict) -> int:
@@ -281,7 +159,7 @@ def seed_tasks(plan: Plan, seed: int) -> list[dict]:
     return tasks[:tasks_per_seed(plan.grpo)]
 
 
-def _records_key(records: list[dict]) -> str:
+def records_key(records: list[dict]) -> str:
     return config_hash(records=records)
 
 
@@ -300,7 +178,7 @@ def jobs(plan: Plan) -> list[dict]:
     student = Path(plan.student)
     base = dict(student=student.name if student.is_dir() else plan.student, env=dataclasses.asdict(plan.env),
                 **versions())
-    evaluation = dict(test=_records_key(plan.test), **plan.evaluation)
+    evaluation = dict(test=records_key(plan.test), **plan.evaluation)
     out = [{"kind": "eval", "arm": BASELINE, "seed": None, "model": plan.student,
             "key": f"eval-{BASELINE}-" + config_hash(model=base, **evaluation)}]
     pair_keys = {}
@@ -310,7 +188,7 @@ def jobs(plan: Plan) -> list[dict]:
             pair_keys[pairs] = _file_key(plan.pairs[pairs])
         channels = {k: v for k, v in arm.items() if k != "pairs"}
         train_key = f"train-{name}-s{seed}-" + config_hash(
-            **base, seed=seed, tasks=_records_key(seed_tasks(plan, seed)), grpo=plan.grpo, channels=channels,
+            **base, seed=seed, tasks=records_key(seed_tasks(plan, seed)), grpo=plan.grpo, channels=channels,
             pairs=pair_keys.get(pairs))
         out.append({"kind": "train", "arm": name, "seed": seed, "channels": channels,
                     "pairs": plan.pairs[pairs] if pairs else None, "key": train_key})

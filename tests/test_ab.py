@@ -8,7 +8,7 @@ import pytest
 import scipy.optimize
 from scipy.special import expit
 
-from composer import ab, stats
+from composer import ab, doses, stats
 
 
 @pytest.mark.parametrize("estimate, low, high, expected", [
@@ -133,15 +133,15 @@ def test_bad_outcomes_are_refused(a, b, match):
         ab.compare(a, b)
 
 
-def additive_cells(rng, seeds, tasks, samples, effect, seed_sd, task_sd=0.05):
+def additive_cells(rng, seeds, tasks, samples, effect, seed_sd, task_sd=0.05, more=()):
     """pass@1 cells (seeds x tasks) of arms A and B on the probability scale: task base rates uniform in [0.2, 0.8],
     a seed shift shared by the arms (same checkpoint), B's effect varying by seed (seed_sd) and by task (task_sd),
-    independent samples."""
+    independent samples. `more`: the effects of further arms drawn like B (e.g. a positive control)."""
     base = rng.uniform(0.2, 0.8, tasks)[None, :] + rng.normal(0, 0.05, (seeds, 1))
-    p_a = np.clip(base, 0, 1)
-    p_b = np.clip(base + effect + rng.normal(0, seed_sd, (seeds, 1)) + rng.normal(0, task_sd, (1, tasks)), 0, 1)
     draw = lambda p: (rng.random((seeds, tasks, samples)) < p[..., None]).mean(axis=2)  # noqa: E731
-    return draw(p_a), draw(p_b)
+    return [draw(np.clip(base, 0, 1))] + [draw(np.clip(
+        base + e + rng.normal(0, seed_sd, (seeds, 1)) + rng.normal(0, task_sd, (1, tasks)), 0, 1))
+        for e in (effect, *more)]
 
 
 def additive_truth(effect, seed_sd, task_sd=0.05, n=400_000):
@@ -152,14 +152,15 @@ def additive_truth(effect, seed_sd, task_sd=0.05, n=400_000):
                          - np.clip(base, 0, 1)))
 
 
-def logistic_cells(rng, seeds, tasks, samples, shift, seed_sd, interaction_sd=0.5, task_sd=1.5, mean=-1.0):
+def logistic_cells(rng, seeds, tasks, samples, shift, seed_sd, interaction_sd=0.5, task_sd=1.5, mean=-1.0, more=()):
     """The same cells from a logistic model: logit p = task difficulty (N(mean, task_sd), pass@1 about 0.3) + a
     seed effect of each arm's own (each arm trains its own run from the seed) + a task x arm interaction + B's
-    shift, so B - A varies by seed and by task on the probability scale and is heteroscedastic."""
+    shift, so B - A varies by seed and by task on the probability scale and is heteroscedastic. `more`: the shifts
+    of further arms."""
     difficulty = rng.normal(mean, task_sd, tasks)
     return [(rng.random((seeds, tasks, samples)) < expit(
         difficulty[None, :] + rng.normal(0, seed_sd, (seeds, 1)) + rng.normal(0, interaction_sd, (1, tasks))
-        + shift * arm)[..., None]).mean(axis=2) for arm in (0, 1)]
+        + arm_shift)[..., None]).mean(axis=2) for arm_shift in (0.0, shift, *more)]
 
 
 def logistic_truth(shift, seed_sd, interaction_sd=0.5, task_sd=1.5, mean=-1.0, n=400_000):
@@ -199,3 +200,29 @@ def test_the_interval_holds_its_level_and_the_mde_its_power(model, seeds, tasks,
     power = np.mean([ab.difference(*cells(rng, seeds, tasks, samples, shift, seed_sd))["diff"].low > 0
                      for _ in range(600)])
     assert power >= 0.75, (mde, power)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("positive", [(0.5, 1.0, 1.5), (0.0, 0.0, 0.5)], ids=["rising", "barely"])
+def test_reading_b_at_the_first_dose_that_detects_the_positive_control_keeps_its_level(model, positive):
+    """004's dose rule (composer.doses.read_at) through the same ab.difference: 400 simulated experiments at the
+    report's 6 seeds x 40 tasks and 3 doses, each dose its own trainings (fresh A, B and B+ draws), B without an
+    effect and B+ with a dose-response in units of the design's mde (the model's shift whose true difference is the
+    mean reported mde). B's interval is above 0 in at most 3 % of all experiments; where B+ rises to 1 and 1.5 mde,
+    the rule reads B in at least 75 % of them."""
+    cells, truth = MODELS[model]
+    seed_sd = 0.1 / 6 if model == "additive" else 0.1
+    rng = np.random.default_rng(7)
+    mde = float(np.mean([ab.difference(*cells(rng, 6, 40, 1, 0.0, seed_sd))["mde"] for _ in range(100)]))
+    unit = scipy.optimize.brentq(lambda x: truth(x, seed_sd) - mde, 0.0, 5.0)
+    read = false_positive = 0
+    for _ in range(400):
+        at_doses = [cells(rng, 6, 40, 1, 0.0, seed_sd, more=(p * unit,)) for p in positive]
+        index = doses.read_at([ab.difference(a, plus)["diff"].as_dict() for a, _, plus in at_doses])
+        if index is not None:
+            read += 1
+            a, b, _ = at_doses[index]
+            false_positive += ab.difference(a, b)["diff"].low > 0
+    assert false_positive / 400 <= 0.03, (read, false_positive)
+    if positive[0] > 0:
+        assert read / 400 >= 0.75, (read, false_positive)

@@ -1,4 +1,5 @@
-"""composer.arms: the A/B's plan (validation, pairing), job hashing, caching and resume, the pairs inputs.
+"""composer.arms: the A/B's plan (validation, pairing, from parameters and prepared inputs), job hashing, caching
+and resume.
 
     .venv/bin/pytest -q tests/test_arms.py
 
@@ -14,8 +15,7 @@ import shutil
 import numpy as np
 import pytest
 
-from composer import arms, pairs, zoo
-from composer.paths import ROOT
+from composer import ab_inputs, arms, zoo
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -148,27 +148,6 @@ def test_a_failing_job_is_named_and_the_finished_ones_are_kept(tmp_path, fake_jo
     assert finished == ["eval-A-s0", "eval-baseline", "train-A-s0"] and not list((tmp_path / "jobs").glob(".*"))
 
 
-def test_prepare_pairs_builds_once_per_source_and_student(tmp_path, monkeypatch):
-    made = []
-
-    def add_reference_logps(dataset, student):
-        return dataset.add_column("ref_chosen_logps", [-1.0]).add_column("ref_rejected_logps", [-2.0]), 0
-
-    monkeypatch.setattr(pairs, "add_reference_logps", add_reference_logps)
-
-    def make():
-        made.append(1)
-        return pairs.to_dataset([{"pair_id": "p", "task_id": "train-0", "prompt": [{"role": "user", "content": "x"}],
-                                  "chosen": "a", "rejected": "b", "margin": 1.0}])
-
-    first = arms.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-1", source_key="k")
-    again = arms.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-1", source_key="k")
-    assert first == again and made == [1] and first["rows"] == 1 and first["skipped"] == 0
-    assert pairs.load(first["path"])["ref_chosen_logps"] == [-1.0]
-    other = arms.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-2", source_key="k")
-    assert other["path"] != first["path"] and made == [1, 1]
-
-
 def _parameters(**changes) -> dict:
     from composer import run
 
@@ -176,18 +155,9 @@ def _parameters(**changes) -> dict:
     return {**values, **changes}
 
 
-def test_a_student_from_outside_the_zoo_needs_its_tasks_and_budget_named(tmp_path):
-    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-8B' is no zoo student, so no zoo profile supplies "
-                                         r"\['train_tasks', 'test_tasks', 'max_new_tokens'\]: set them"):
-        arms.plan_from_parameters(_parameters(student="Qwen/Qwen3-8B"), tmp_path)
-    with pytest.raises(FileNotFoundError, match="no-such-tasks.jsonl: no such file"):
-        arms.plan_from_parameters(_parameters(student="Qwen/Qwen3-8B", train_tasks="no-such-tasks.jsonl",
-                                              test_tasks="lite:test", max_new_tokens=64), tmp_path)
-    record = json.loads((ROOT / "data/swebench-lite/marshmallow-code__marshmallow-1343.json").read_text())
-    (tmp_path / "gone.json").write_text(json.dumps({**record, "image": "localhost/composer-no-such-image:latest"}))
-    with pytest.raises(RuntimeError, match="1 of the real SWE-bench tasks cannot run here, e.g. marshmallow-code"):
-        arms.plan_from_parameters(_parameters(student="Qwen/Qwen3-8B", train_tasks=str(tmp_path / "gone.json"),
-                                              test_tasks=str(tmp_path / "gone.json"), max_new_tokens=64), tmp_path)
+def _planned(parameters: dict, run_dir) -> tuple[arms.Plan, ab_inputs.Inputs]:
+    inputs = ab_inputs.prepare(parameters, run_dir)
+    return arms.plan_from_parameters(parameters, inputs), inputs
 
 
 def test_any_hugging_face_student_trains_and_is_evaluated_on_named_tasks_real_ones_in_containers(tmp_path, real_record):
@@ -200,10 +170,10 @@ def test_any_hugging_face_student_trains_and_is_evaluated_on_named_tasks_real_on
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(t) + "\n" for t in zoo.split_tasks(profile, "train")[:2]))
     student = str(zoo.model(profile, "student"))
-    plan, about = arms.plan_from_parameters(_parameters(
+    plan, inputs = _planned(_parameters(
         student=student, train_tasks=str(train), test_tasks="data/swebench-lite/marshmallow-code__marshmallow-1343.json",
         max_new_tokens=24, env_max_steps=2, arms={"A": {}}, seeds=1, generations=2), tmp_path)
-    assert plan.student == student and about["profile"] is None and plan.env == EnvConfig(max_steps=2)
+    assert plan.student == student and inputs.profile is None and plan.env == EnvConfig(max_steps=2)
     assert [t["instance_id"] for t in plan.test] == [real_record["instance_id"]] and len(plan.train) == 2
     done = arms.run(plan, tmp_path, progress=False)
     for result in (done["baseline"], done["A", 0]["eval"]):  # the tiny student's turns do not fit the issue's prompt:
@@ -211,49 +181,11 @@ def test_any_hugging_face_student_trains_and_is_evaluated_on_named_tasks_real_on
     assert [h for h in done["A", 0]["train"]["log"] if "loss" in h]
 
 
-def test_plan_from_parameters_refuses_pairs_from_test_tasks_and_an_unequal_control(tmp_path):
-    test_task = zoo.split_tasks(zoo.PROFILES["smoke"], "test")[0]["instance_id"]
-    row = {"pair_id": "p", "task_id": test_task, "prompt": [{"role": "user", "content": "x"}], "chosen": "a",
-           "rejected": "b", "margin": 1.0}
-    source = tmp_path / "003"
-    pairs.save(pairs.to_dataset([row]), source / "pairs")
-    pairs.save(pairs.to_dataset([row, {**row, "pair_id": "q"}]), source / "shuffled")
-    with pytest.raises(ValueError, match="as many pairs as B: 2 shuffled vs 1"):
-        arms.plan_from_parameters(_parameters(pairs_dir=str(source)), tmp_path / "run")
-    pairs.save(pairs.to_dataset([row]), source / "shuffled")
-    with pytest.raises(ValueError, match="pairs come from test tasks"):
-        arms.plan_from_parameters(_parameters(pairs_dir=str(source)), tmp_path / "run")
-
-
-def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_path, monkeypatch):
-    from composer import policies
-
-    calls = []
-
-    def evaluate(student, tasks, *, n, return_rollouts, **_):  # task i: i % 3 of n rollouts solved
-        calls.append(len(tasks))
-        runs = [(t["instance_id"], [], float(j < i % 3), {}) for i, t in enumerate(tasks) for j in range(n)]
-        return {}, runs
-
-    monkeypatch.setattr(policies, "evaluate", evaluate)
-    parameters = _parameters(arms={"A": {}}, screen_tasks=4, generations=2, steps=1, prompts_per_step=1)
-    plan, about = arms.plan_from_parameters(parameters, tmp_path)
-    train = zoo.split_tasks(zoo.PROFILES["smoke"], "train")
-    # successes 0, 1, 2, 0 of 2: only task 1 is strictly between
-    assert about["screened"]["successes"] == [0, 1, 2, 0] and [t["instance_id"] for t in plan.train] == [
-        train[1]["instance_id"]]
-    again, _ = arms.plan_from_parameters(parameters, tmp_path)
-    assert calls == [4] and again.train == plan.train  # measured once, then read back
-    with pytest.raises(ValueError, match="1 of 4 screened train tasks .* a seed trains on 2: screen more"):
-        arms.plan_from_parameters({**parameters, "prompts_per_step": 2}, tmp_path)
-    assert arms.plan_from_parameters(_parameters(arms={"A": {}}), tmp_path)[1]["screened"] is None
-
-
 def test_real_jobs_end_to_end_on_the_smoke_zoo(tmp_path):
     """Real GRPO (+ DPO on oracle pairs) and real evaluations, in this process: every arm's model is its own,
     outcomes are 0/1 per task and sample, the B arm logged its DPO channel."""
-    plan, about = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
-    assert about["oracle"] and about["inputs"]["pairs"]["rows"] == about["inputs"]["shuffled"]["rows"] > 0
+    plan, inputs = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    assert inputs.oracle and inputs.pairs["pairs"]["rows"] == inputs.pairs["shuffled"]["rows"] > 0
     done = arms.run(plan, tmp_path, progress=False)
     for arm in plan.arms:
         cell = done[arm, 0]
@@ -265,7 +197,7 @@ def test_real_jobs_end_to_end_on_the_smoke_zoo(tmp_path):
     assert logged and "trace_replay/reward_accuracy" in logged[0]
     assert "trace_replay/reward_accuracy" not in [h for h in done["A", 0]["train"]["log"] if "loss" in h][0]
     result = json.loads((tmp_path / "jobs" / done["B", 0]["keys"][0] / "result.json").read_text())
-    assert result["job"]["pairs"] == about["inputs"]["pairs"]["path"]
+    assert result["job"]["pairs"] == inputs.pairs["pairs"]["path"]
 
 
 def test_a_spawned_jobs_peak_memory_is_its_own_not_its_parents():
@@ -300,7 +232,7 @@ def test_an_evaluation_under_a_two_process_launcher_equals_the_one_process_one(t
     import dataclasses
     import sys
 
-    plan, _ = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    plan, _ = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
     plan = dataclasses.replace(plan, test=plan.test[:3], evaluation={**plan.evaluation, "k": 2, "temperature": 1.0})
     job = arms.jobs(plan)[0]
     assert job["kind"] == "eval" and job["arm"] == arms.BASELINE
@@ -317,7 +249,7 @@ def test_an_evaluation_under_a_two_process_launcher_equals_the_one_process_one(t
 
 
 def test_merge_evaluations_refuses_a_missing_task(tmp_path):
-    plan, _ = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    plan, _ = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
     ids = [r["instance_id"] for r in plan.test]
     shard = {"wall_s": 1.0, "task_ids": ids[:1], "outcomes": [[1]], "steps": 3, "malformed": 0, "submitted": 1}
     with pytest.raises(RuntimeError, match=f"lack {len(ids) - 1} test tasks, e.g. {ids[1]}"):
@@ -330,7 +262,7 @@ def test_a_training_runs_under_a_two_process_launcher(tmp_path):
     import dataclasses
     import sys
 
-    plan, _ = arms.plan_from_parameters(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
+    plan, _ = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
     plan = dataclasses.replace(plan, arms={"B": plan.arms["B"]})
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     done = arms.run(plan, tmp_path, progress=False, train_only=True, launch=launch)
@@ -353,7 +285,7 @@ def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monke
     from composer import run, trainer
 
     report = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo", profile="report")[0]
-    plan, _ = arms.plan_from_parameters(
+    plan, _ = _planned(
         _parameters(pairs_dir=str(tmp_path / "none"), seeds=1, trainer_config=report["trainer_config"]), tmp_path)
     (job,) = [j for j in arms.jobs(plan) if j["kind"] == "train" and j["arm"] == "B"]
     calls = {"shared": 0, "whole rows": 0}

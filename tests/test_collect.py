@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from composer import collect, traces
+from composer import collect, trace_checks, traces
 from composer.env import tasks
 from composer.env.environment import EnvConfig, gold_edits
 
@@ -55,7 +55,7 @@ def run(model_path, records, tmp_path, plans, *, steps=1, resume=False, **kwargs
     recorder = collect.TraceRecorder(tmp_path / "traces.jsonl", resume=resume).attach(trainer)
     trainer.train()
     recorder.close()
-    found, problems = collect.read_file(tmp_path / "traces.jsonl")
+    found, problems = trace_checks.read_file(tmp_path / "traces.jsonl")
     return trainer, recorder, found, problems
 
 
@@ -97,11 +97,11 @@ def test_every_rollout_is_recorded_with_tokens_masks_and_rewards(model_path, rec
         assert final.meta["after_done"][0]["text"] == call("list_files")
         assert final.meta["after_done"][0]["mask"] == [1] * len(final.meta["after_done"][0]["token_ids"])
         assert "submitted: resolved" in final.observation
-    check = collect.check_traces(found, expected_ids=collect.expected_ids(1, 2, 2), require_tokens=True,
-                                 problems=problems)
+    check = trace_checks.check_traces(found, expected_ids=collect.expected_ids(1, 2, 2), require_tokens=True,
+                                      problems=problems)
     assert all(check["gate"].values()), check
     assert check["errored"]["rollouts"] == 0 and check["truncation"]["rollouts"] == 0
-    align = collect.reward_alignment(found, collect.embedded_verdict(records))
+    align = trace_checks.reward_alignment(found, trace_checks.embedded_verdict(records))
     assert align == {"checked": 4, "aligned": 4, "skipped": 0, "mismatches": []}
     # the reward recorded is the one GRPO used
     assert trainer.state.log_history[0]["rewards/env_reward/mean"] == 1.0
@@ -113,7 +113,7 @@ def test_truncations_are_counted_by_kind(model_path, records, tmp_path):
     long_turn = "x " * 200 + call("run_tests")
     plans = {records[0]["instance_id"]: solve(records[0]), records[1]["instance_id"]: [long_turn]}
     _, _, found, problems = run(model_path, records, tmp_path, plans, max_completion_length=60)
-    check = collect.check_traces(found, expected_rollouts=4, require_tokens=True, problems=problems)
+    check = trace_checks.check_traces(found, expected_rollouts=4, require_tokens=True, problems=problems)
     assert check["truncation"]["rollouts"] == 4
     assert check["truncation"]["by_kind"] == {"completion_cut": 2, "tool_result_rolled_back": 2}
     assert not check["gate"]["no_truncation"] and check["gate"]["complete"]
@@ -129,15 +129,15 @@ def test_turn_limits_are_truncations(model_path, records, tmp_path):
     # TRL's max_tool_calling_iterations stops one group; the environment's max_steps ends the other's episodes
     _, _, found, _ = run(model_path, records, tmp_path, plans, max_completion_length=8000,
                          max_tool_calling_iterations=2)
-    kinds = collect.check_traces(found)["truncation"]["by_kind"]
+    kinds = trace_checks.check_traces(found)["truncation"]["by_kind"]
     assert kinds == {"tool_loop_limit": 4}
     tmp2 = tmp_path / "b"
     _, _, found, _ = run(model_path, records, tmp2, plans, max_completion_length=8000,
                          env_config=EnvConfig(max_steps=2, max_observation_chars=300, test_timeout_s=10.0))
-    check = collect.check_traces(found)
+    check = trace_checks.check_traces(found)
     assert check["truncation"]["by_kind"] == {"env_step_limit": 4}
     assert all(len(s) == 2 for s in traces.group_traces(found).values())  # the trace ends where the episode did
-    assert collect.reward_alignment(found, collect.embedded_verdict(records))["mismatches"] == []
+    assert trace_checks.reward_alignment(found, trace_checks.embedded_verdict(records))["mismatches"] == []
 
 
 @pytest.mark.parametrize("kind", ["crash", "hang"])
@@ -147,14 +147,14 @@ def test_environment_failures_are_recorded_and_collection_continues(model_path, 
     trainer, recorder, found, problems = run(model_path, records, tmp_path, plans, steps=2,
                                              max_completion_length=4000, faults=faults, call_timeout_s=0.5)
     assert trainer.state.global_step == 2 and recorder.written == 8  # both steps ran, every rollout written
-    check = collect.check_traces(found, expected_rollouts=8, problems=problems)
+    check = trace_checks.check_traces(found, expected_rollouts=8, problems=problems)
     assert check["errored"]["rollouts"] == 8 and check["gate"]["complete"] and check["gate"]["no_schema_drift"]
     reason = "injected crash in run_tests" if kind == "crash" else "run_tests timed out after 0.5 s"
     for steps in traces.group_traces(found).values():
         assert steps[0].error == f"EnvCrash: {reason}" and steps[-1].error == f"EnvCrash: {reason}"
         assert steps[-1].outcome["status"] == "errored" and steps[-1].reward == 0.0
         assert "the environment failed earlier" in steps[1].observation
-    assert collect.reward_alignment(found, collect.embedded_verdict(records))["mismatches"] == []
+    assert trace_checks.reward_alignment(found, trace_checks.embedded_verdict(records))["mismatches"] == []
 
 
 def test_recording_env_recovers_after_a_crash(records):
@@ -219,7 +219,7 @@ def test_kill_9_then_rerun_resumes_without_duplicates_or_losses(model_path, tmp_
     # make the kill's worst case certain: a torn half line at the end of the file
     with open(trace, "ab") as f:
         f.write(b'{"schema_version": "1.0", "trace_id": "s0001-g001-r1", "st')
-    kept = {tid for tid, steps in traces.group_traces(collect.read_file(trace)[0], on_error="collect").items()
+    kept = {tid for tid, steps in traces.group_traces(trace_checks.read_file(trace)[0], on_error="collect").items()
             if steps[-1].done}  # complete before the rerun; a partial rollout is removed and collected again
     rerun = worker(0.0)
     out, err = rerun.communicate(timeout=300)
@@ -227,9 +227,9 @@ def test_kill_9_then_rerun_resumes_without_duplicates_or_losses(model_path, tmp_
     result = json.loads(out.strip().splitlines()[-1])
     assert any("torn last line" in note and "traces.jsonl:" in note for note in result["repairs"])
     assert result["resumed_from"] is not None  # the trainer resumed from its checkpoint, not from scratch
-    records_, problems = collect.read_file(trace)
+    records_, problems = trace_checks.read_file(trace)
     assert not problems
-    check = collect.check_traces(records_, expected_ids=collect.expected_ids(3, 2, 2), require_tokens=True)
+    check = trace_checks.check_traces(records_, expected_ids=collect.expected_ids(3, 2, 2), require_tokens=True)
     assert check["gate"]["complete"], check["completeness"]  # no duplicated and no missing step or rollout
     assert check["rollouts"] == 12 and result["written"] == 12 - len(kept) and 0 < len(kept) < 12
 
@@ -271,7 +271,7 @@ def test_prepare_resume_repairs_torn_lines_and_drops_partial_rollouts(tmp_path):
     assert resume.done_ids == {"a"}
     assert resume.notes[0].startswith(f"{path}:4: truncated a torn last line")
     assert resume.notes[1].startswith(f"{path}:3: removed the partially written rollout 'b'")
-    assert [r.trace_id for r in collect.read_file(path)[0]] == ["a", "a"]
+    assert [r.trace_id for r in trace_checks.read_file(path)[0]] == ["a", "a"]
     assert collect.prepare_resume(path).notes == []  # idempotent: nothing left to repair
     assert collect.prepare_resume(tmp_path / "absent.jsonl").done_ids == set()
 
@@ -294,7 +294,7 @@ def test_reader_on_malformed_input_reports_file_and_line(tmp_path):
     with open(path, "w") as f:
         f.write(good.model_dump_json() + "\n\n" + json.dumps(bad_type) + "\n" + json.dumps(newer) + "\n[1, 2]\n")
         f.write(good.model_dump_json()[:30])
-    found, problems = collect.read_file(path)
+    found, problems = trace_checks.read_file(path)
     assert [r.trace_id for r in found] == ["a"]
     reasons = [str(p) for p in problems]
     assert reasons[0] == f"{path}:2: empty line"
@@ -302,7 +302,7 @@ def test_reader_on_malformed_input_reports_file_and_line(tmp_path):
     assert reasons[2] == f"{path}:4: unsupported schema_version '2.0' (this reader supports '1.0')"
     assert reasons[3] == f"{path}:5: expected a JSON object, got list"
     assert reasons[4].startswith(f"{path}:6: torn last line")
-    check = collect.check_traces(found, problems=problems)
+    check = trace_checks.check_traces(found, problems=problems)
     assert check["schema"]["invalid_lines"] == reasons and not check["gate"]["no_schema_drift"]
     with pytest.raises(traces.TraceError, match=r"t\.jsonl:2: empty line"):
         list(traces.read_traces(path))
@@ -314,35 +314,36 @@ def test_check_traces_finds_gaps_duplicates_missing_and_unfinished_rollouts():
             record("c", 0), record("c", 1),  # never done: cut off
             record("d", 0), record("d", 1, done=True),  # no final reward
             record("e", 0, done=True, reward=1.0)]
-    check = collect.check_traces(recs, expected_ids=["a", "b", "c", "d", "e", "f"])
+    check = trace_checks.check_traces(recs, expected_ids=["a", "b", "c", "d", "e", "f"])
     inc = check["completeness"]["incomplete"]
     assert set(inc) == {"a", "b", "c", "d"}
     assert "missing [1]" in inc["a"] and "duplicated [0]" in inc["b"]
     assert "cut off" in inc["c"] and "no reward" in inc["d"]
     assert check["completeness"]["missing"] == ["f"] and check["completeness"]["complete"] == 1
     assert not check["gate"]["complete"]
-    assert collect.check_traces([record("e", 0, done=True, reward=1.0)], expected_rollouts=2)["completeness"][
+    assert trace_checks.check_traces([record("e", 0, done=True, reward=1.0)], expected_rollouts=2)["completeness"][
         "missing"] == ["1 rollouts short of 2"]
     no_tokens = record("g", 0, done=True, reward=1.0)
     no_tokens.action = traces.Action(text="x")
-    assert "no token ids" in collect.check_traces([no_tokens], require_tokens=True)["completeness"]["incomplete"]["g"]
-    assert collect.check_traces([no_tokens])["gate"]["complete"]
+    checked = trace_checks.check_traces([no_tokens], require_tokens=True)
+    assert "no token ids" in checked["completeness"]["incomplete"]["g"]
+    assert trace_checks.check_traces([no_tokens])["gate"]["complete"]
 
 
 def test_schema_drift_between_valid_records():
     base = [record("a", 0), record("a", 1, done=True, reward=1.0)]
-    assert collect.schema_drift(base) == []
+    assert trace_checks.schema_drift(base) == []
     other = record("b", 0, done=True, reward=1.0)
     other.meta = {"train_step": "0"}  # a string where the others have a number
-    assert collect.schema_drift(base + [other]) == ["meta.train_step: several types ['number', 'string']"]
+    assert trace_checks.schema_drift(base + [other]) == ["meta.train_step: several types ['number', 'string']"]
     extra = record("c", 0, done=True, reward=1.0)
     extra.meta = {"train_step": 0, "new_key": 1}
-    drift = collect.schema_drift(base + [extra])
+    drift = trace_checks.schema_drift(base + [extra])
     assert len(drift) == 1 and drift[0].startswith("meta keys differ between final steps")
     foreign = record("d", 0, done=True, reward=1.0, error=None)
     foreign.source = "verifiers"
-    assert collect.schema_drift(base + [foreign]) == ["several sources: ['trl', 'verifiers']"]
-    assert not collect.check_traces(base + [other])["gate"]["no_schema_drift"]
+    assert trace_checks.schema_drift(base + [foreign]) == ["several sources: ['trl', 'verifiers']"]
+    assert not trace_checks.check_traces(base + [other])["gate"]["no_schema_drift"]
 
 
 def test_errored_and_truncated_rollouts_are_counted():
@@ -353,7 +354,7 @@ def test_errored_and_truncated_rollouts_are_counted():
     plain = record("c", 0, done=True, reward=0.0)
     plain.truncated = True
     plain.outcome = None  # another substrate: a flag, no kinds
-    check = collect.check_traces([crashed, cut, plain])
+    check = trace_checks.check_traces([crashed, cut, plain])
     assert check["errored"] == {"rollouts": 1, "reasons": {"EnvCrash": 1}, "ids": ["a"]}
     assert check["truncation"]["by_kind"] == {"completion_cut": 1, "tool_result_rolled_back": 1, "truncated": 1}
     assert check["truncation"]["ids"] == ["b", "c"] and not check["gate"]["no_truncation"]
@@ -370,7 +371,7 @@ def test_tampering_reset_flagged_and_forged_submissions_are_counted():
     clean.outcome = {"tampering": {"reset": [], "flagged": [], "forged": []}}
     unsubmitted = record("d", 0, done=True, reward=0.0)
     unsubmitted.outcome = {"tampering": None}
-    check = collect.check_traces([reset, flagged, forged, clean, unsubmitted])
+    check = trace_checks.check_traces([reset, flagged, forged, clean, unsubmitted])
     assert check["tampering"] == {"rollouts": 3, "reset": 1, "flagged": 1, "forged": 1, "ids": ["a", "b", "e"]}
 
 
@@ -390,7 +391,7 @@ def test_reward_alignment_flags_a_reward_that_the_environment_disagrees_with(rec
     lie.outcome = {"submitted": True, "patch": ""}  # claims 1.0 for an empty patch
     unsubmitted = record("c", 0, done=True, reward=0.0, task_id=iid)
     unknown = record("d", 0, done=True, reward=0.0, task_id="not-a-task")
-    align = collect.reward_alignment([ok, lie, unsubmitted, unknown], collect.embedded_verdict(records))
+    align = trace_checks.reward_alignment([ok, lie, unsubmitted, unknown], trace_checks.embedded_verdict(records))
     assert align == {"checked": 3, "aligned": 2, "skipped": 1,
                      "mismatches": [{"trace_id": "b", "recorded": 1.0, "verdict": 0.0}]}
 
@@ -530,5 +531,5 @@ def test_reward_alignment_rejudges_rollouts_at_once_and_keeps_their_order():
         barrier.wait()
         return 1.0 if final.trace_id in ("t1", "t3") else 0.0
 
-    report = collect.reward_alignment(rows, verdict, workers=3)
+    report = trace_checks.reward_alignment(rows, verdict, workers=3)
     assert report["checked"] == 6 and [m["trace_id"] for m in report["mismatches"]] == ["t5"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import sandbox, tasks, tools
+from composer.env import limits, patches, sandbox, tasks, tools
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
 CONTAINED = sandbox.guarantees()["private_files"]
@@ -46,7 +46,7 @@ def source(record) -> str:
 
 
 def visible_test_file(record) -> str:
-    return sandbox.diff_paths(record["test_patch"])[0]
+    return patches.diff_paths(record["test_patch"])[0]
 
 
 def write(env, path, text):
@@ -317,7 +317,7 @@ def {unit(rec)}(*a, **k):
     "the task's tests reported passed down the pipe, the process ended before the canaries ran": ("canaries",
                                                                                                    lambda rec: f"""
 import ast as _ast, json as _json, os as _os, sys as _s
-_REAL = {test_bodies(rec)!r}
+_REAL = {graded_bodies(rec)!r}
 _names = list(_s.modules)
 if any(k.startswith("_composer_plain") for k in _names):  # a grading run
     _p = _s.modules[next(k for k in _names if k.startswith("_composer_sandbox_plugin"))]
@@ -346,7 +346,7 @@ def expected_ids(record) -> list[str]:
     return json.loads(record["FAIL_TO_PASS"]) + json.loads(record["PASS_TO_PASS"])
 
 
-def test_bodies(record) -> list[str]:
+def graded_bodies(record) -> list[str]:
     """What a policy that read the visible test file during its episode knows of each test: its body."""
     import ast
     text = "".join(line[1:] for line in record["test_patch"].splitlines(keepends=True)
@@ -420,7 +420,7 @@ def test_rewriting_the_graded_tests_at_import_is_refused_by_a_read_only_copy(rec
     env = CodingEnv([record], EnvConfig(flag_tampering=False))
     env.reset(instance=record)
     test_file = visible_test_file(record)
-    append(env, source(record), f"""
+    append(env, source(record), """
         import os as _os
         for _n in _os.listdir("tests"):
             try:
@@ -439,18 +439,18 @@ def test_rewriting_the_graded_tests_at_import_is_refused_by_a_read_only_copy(rec
 
 @contained
 def test_8_sandbox_uids_are_unique_among_live_sessions_and_never_wrap():
-    taken = [sandbox._Uids.take() for _ in range(1500)]  # more than the 1000 after which the old scheme wrapped
+    taken = [limits.Uids.take() for _ in range(1500)]  # more than the 1000 after which the old scheme wrapped
     try:
-        assert len(set(taken)) == len(taken) and all(u >= sandbox.UID_BASE for u in taken)
+        assert len(set(taken)) == len(taken) and all(u >= limits.UID_BASE for u in taken)
     finally:
         for u in taken:
-            sandbox._Uids.give_back(u)
+            limits.Uids.give_back(u)
     # a uid held by a dead process is taken back, one held by a live one is not
-    held = sandbox._Uids.DIR / str(sandbox.UID_BASE + 7)
+    held = limits.Uids.DIR / str(limits.UID_BASE + 7)
     held.write_text("999999999")
-    assert sandbox._Uids._stale(held)
+    assert limits.Uids._stale(held)
     held.write_text(str(os.getpid()))
-    assert not sandbox._Uids._stale(held)
+    assert not limits.Uids._stale(held)
     held.unlink()
 
 
@@ -461,10 +461,10 @@ def test_8_two_live_episodes_never_share_a_uid(record):
         e.reset(instance=record)
         e.call("run_tests")
     uids = {e._ep.worker._state.session.uid for e in envs}
-    assert len(uids) == 2 and all((sandbox._Uids.DIR / str(u)).exists() for u in uids)
+    assert len(uids) == 2 and all((limits.Uids.DIR / str(u)).exists() for u in uids)
     for e in envs:
         e.close()
-    assert not any((sandbox._Uids.DIR / str(u)).exists() for u in uids)  # released on close
+    assert not any((limits.Uids.DIR / str(u)).exists() for u in uids)  # released on close
 
 
 # --- escapes -------------------------------------------------------------------------------------
@@ -591,7 +591,7 @@ for pid in pids:
 """
 
 
-@pytest.mark.skipif(not CONTAINED or not sandbox._memory_cgroup(), reason="needs a writable memory cgroup")
+@pytest.mark.skipif(not CONTAINED or not limits.memory_cgroup(), reason="needs a writable memory cgroup")
 @pytest.mark.parametrize("path", ["bwrap", "fork server"])
 def test_memory_is_capped_for_the_whole_process_tree(tmp_path, path):
     repo = tmp_path / "repo"
@@ -703,7 +703,7 @@ def test_close_leaves_no_process_cgroup_uid_or_file(record):
     env.close()
     assert _running(uid) == []
     assert cgroup is None or not cgroup.path.exists()
-    assert not (sandbox._Uids.DIR / str(uid)).exists() and not scratch.exists() and not repo.exists()
+    assert not (limits.Uids.DIR / str(uid)).exists() and not scratch.exists() and not repo.exists()
 
 
 def _uid(p: Path):
@@ -730,7 +730,7 @@ def test_a_forked_run_holds_no_way_back_to_the_fork_server_and_dies_whole_at_its
             while True:
                 pass
     """))
-    with sandbox._Session(repo, sandbox.Limits(timeout_s=2)) as s:
+    with sandbox._Session(repo, limits.Limits(timeout_s=2)) as s:
         uid = s.uid
         run = sandbox._pytest_once(s.repo, ["tests/test_h.py::test_fds", "tests/test_h.py::test_hang"], 2,
                                    s.plugin_dir, lambda args, extra: sandbox._forked(s, args, extra))

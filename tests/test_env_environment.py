@@ -16,6 +16,7 @@ import pytest
 
 from composer import traces
 from composer.env import sandbox, tasks, tools
+from composer.env.worker import PytestWorker
 from composer.env.environment import (
     TOOLS,
     CodingAction,
@@ -259,14 +260,19 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize("action,message", BAD_CALLS, ids=[m for _, m in BAD_CALLS])
-def test_bad_calls_are_error_observations_that_count(env, action, message):
-    outside = set(os.listdir(env.repo.parent.parent))
+def test_bad_calls_are_error_observations_that_count(records, tmp_path, monkeypatch, action, message):
+    # the environment's folders go in a private temp root: the shared /tmp has other runs' folders come and go
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = CodingEnv(records)
+    env.reset(instance=records[0])
+    assert env.repo.parent.parent == tmp_path
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if ".git" not in p.parts}
     obs = env.step(action)
     assert not obs.info.ok and message in obs.info.error and obs.text.startswith("error: ")
     assert obs.info.step == 1 and env.state.step_count == 1 and not obs.done
-    # /tmp is shared: other people's runs come and go there (their temp folders), the call's writes must not
-    new = {n for n in set(os.listdir(env.repo.parent.parent)) - outside if not n.startswith(("composer-", "tmp"))}
-    assert not new and not (env.repo.parent / "evil.py").exists()
+    after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if ".git" not in p.parts}
+    assert after == before  # the refused call wrote, created and deleted nothing
+    env.close()
 
 
 def test_invalid_text_in_a_call_is_an_error_and_traces_cleanly(records, tmp_path):
@@ -343,7 +349,7 @@ def counting(monkeypatch, owner, name) -> list:
 def test_run_tests_runs_warm_sees_edits_and_grading_runs_cold_on_a_fresh_copy(records, monkeypatch):
     f2p, p2p = graded(records[0])
     cold = counting(monkeypatch, sandbox, "run_pytest")
-    warm = counting(monkeypatch, sandbox.PytestWorker, "run")
+    warm = counting(monkeypatch, PytestWorker, "run")
     env = CodingEnv(records, EnvConfig(warm_tests=True))
     env.reset(instance=records[0])
     worker = env._ep.worker

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import sandbox
+from composer.env import limits, sandbox
 
 pytestmark = pytest.mark.skipif(not sandbox.forked_runs(), reason="the fork server needs root and bubblewrap "
                                                                   "(.ci/run installs bubblewrap)")
@@ -36,7 +36,7 @@ def test_a_run_is_pid_1_of_its_namespace_with_its_own_uid_and_no_capability(repo
     run = sandbox.run_pytest(repo, ["tests/test_p.py::test_probe"])
     assert run.error is None and run.outcomes == {"tests/test_p.py::test_probe": True}
     pid, uid, caps, root = eval((repo / "probe.txt").read_text())
-    assert pid == 1 and uid >= sandbox.UID_BASE and set(caps) == {"0000000000000000"}
+    assert pid == 1 and uid >= limits.UID_BASE and set(caps) == {"0000000000000000"}
     assert set(root) == layout_tops(repo)  # nothing of the host's / but the layout's mount points
     assert sandbox._FORKSERVER.failed is None
 

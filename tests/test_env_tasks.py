@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import sandbox, tasks
+from composer.env import library, mutations, patches, sandbox, tasks
 from composer.env.swebench import validate_instance
 
 
@@ -56,9 +56,9 @@ def test_validation_really_happened(records, tmp_path):
 @pytest.mark.parametrize("tool", ["patch", "git"])
 def test_gold_patch_turns_the_buggy_repo_into_the_gold_repo(records, tmp_path, monkeypatch, tool):
     r = records[0]
-    monkeypatch.setattr(sandbox, "_patch_tool", lambda: tool)
+    monkeypatch.setattr(patches, "_patch_tool", lambda: tool)
     buggy = tasks.materialize(r, tmp_path / "buggy")
-    changed = sandbox.apply_unified_diff(buggy, r["patch"])
+    changed = patches.apply_unified_diff(buggy, r["patch"])
     assert len(changed) == 1 and changed[0].endswith(".py")
     assert tree(buggy) == tree(tasks.gold_repo(r, tmp_path / "gold"))
     assert sum(1 for line in r["patch"].splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")) <= 8
@@ -91,10 +91,10 @@ def test_materialize_rejects_tampered_foreign_and_unsafe_requests(records, tmp_p
 
 
 def test_train_and_test_splits_are_disjoint(records):
-    sites = tasks.catalogue()
+    sites = mutations.catalogue()
     by_split = {s: {x.key for x in sites if x.split == s} for s in tasks.SPLITS}
     assert not by_split["train"] & by_split["test"]
-    for family in tasks.MUTATIONS:  # each split can draw every family
+    for family in mutations.MUTATIONS:  # each split can draw every family
         assert all(any(x.family == family and x.split == s for x in sites) for s in tasks.SPLITS)
     test_records = tasks.generate(3, seed=11, split="test")
     train_sites = {tasks.describe(r)["site"] for r in records}
@@ -104,7 +104,7 @@ def test_train_and_test_splits_are_disjoint(records):
     assert not {r["patch"] for r in records} & {r["patch"] for r in test_records}
 
 
-@pytest.mark.parametrize("family", tasks.MUTATIONS)
+@pytest.mark.parametrize("family", mutations.MUTATIONS)
 def test_every_mutation_family_yields_a_valid_task(family):
     (r,) = tasks.generate(1, seed=5, difficulty=tasks.Difficulty(families=(family,)))
     assert tasks.describe(r)["family"] == family and json.loads(r["FAIL_TO_PASS"])
@@ -130,7 +130,7 @@ def test_bad_arguments_are_refused():
         tasks.generate(1, difficulty=tasks.Difficulty(n_modules=0))
     # One function per module: a task is one bug site, so asking for more tasks than sites fails at once
     one = tasks.Difficulty(n_functions=1, families=("constant",))
-    sites = sum(s.split == "test" and s.family == "constant" for s in tasks.catalogue())
+    sites = sum(s.split == "test" and s.family == "constant" for s in mutations.catalogue())
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tasks, "_validate", lambda spec: pytest.fail("validated a candidate before refusing"))
         with pytest.raises(ValueError, match=f"only {sites} bug sites"):
@@ -138,8 +138,8 @@ def test_bad_arguments_are_refused():
 
 
 def test_library_expectations_are_plain_literals():
-    for module, (pkg, _, _, cases) in tasks.LIBRARY.items():
-        assert list(cases) == list(tasks._units(module))  # every unit has cases, in order
+    for module, (pkg, _, _, cases) in library.LIBRARY.items():
+        assert list(cases) == list(library.units(module))  # every unit has cases, in order
         text, _ = tasks._test_file(pkg, module, list(cases))  # asserts repr round-trips
         compile(text, module, "exec")
 
@@ -151,10 +151,10 @@ def test_generate_builds_the_catalogue_before_its_threads(monkeypatch):
 
     class Pool(tasks.ThreadPoolExecutor):
         def __init__(self, *args, **kwargs):
-            pools.append(tasks.catalogue.cache_info().currsize)
+            pools.append(mutations.catalogue.cache_info().currsize)
             super().__init__(*args, **kwargs)
 
-    tasks.catalogue.cache_clear()
+    mutations.catalogue.cache_clear()
     monkeypatch.setattr(tasks, "ThreadPoolExecutor", Pool)
     assert len(tasks.generate(1, seed=3, workers=2)) == 1
     assert pools == [1]  # the catalogue was already built when the pool started
@@ -162,8 +162,8 @@ def test_generate_builds_the_catalogue_before_its_threads(monkeypatch):
 
 def test_library_sources_are_the_bug_free_modules():
     sources = tasks.library_sources()
-    assert set(sources) == {f"{pkg}/{m}.py" for m, (pkg, *_) in tasks.LIBRARY.items()}
+    assert set(sources) == {f"{pkg}/{m}.py" for m, (pkg, *_) in library.LIBRARY.items()}
     for path, text in sources.items():
         compile(text, path, "exec")
         module = path.rsplit("/", 1)[1].removesuffix(".py")
-        assert all(unit in text for unit in tasks._units(module).values())
+        assert all(unit in text for unit in library.units(module).values())

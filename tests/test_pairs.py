@@ -21,9 +21,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from composer import pairs, replay, stats
+from composer import pair_stats, pairs, policy_teachers, reference_pairs, replay, stats
+from composer.policy_teachers import lenient_tool_call, query_policy_teachers
+from composer.reference_pairs import embedded_traces, expert_pairs
 from composer.paths import ROOT
-from composer.teachers import OTHER, TeacherQuery, canonical_tool_call
+from composer.teachers import OTHER, TeacherQuery
+from composer.actions import canonical_tool_call
 from composer.traces import SCHEMA_VERSION, Action, State, StepRecord, ToolCall
 
 VIEW = canonical_tool_call("view", {"path": "a.py"})
@@ -194,7 +197,7 @@ def test_extract(run):
     off = pairs.extract(by_trace, qs, pairs.PairParams(rules=("majority_over_student", "student_over_minority")))
     assert [r["rule"] for r in off.rows] == ["majority_over_student", "student_over_minority"]
     assert off.problems["no_student_action"] == 1
-    assert pairs.grounding(ex.rows)["resolved"]["agent_rejected"] == 2  # A0 (ls) and A2 (its malformed text)
+    assert pair_stats.grounding(ex.rows)["resolved"]["agent_rejected"] == 2  # A0 (ls) and A2 (its malformed text)
     assert p["teachers_never_parsed"] == [] and p.get("teacher_errors", 0) == 0
     assert ex.teacher_health["t2"] == {"calls": 6, "errors": 0, "answered": 6, "parsed": 5, "parsed_share": 5 / 6}
     row = ex.rows[0]
@@ -327,34 +330,34 @@ def test_dataset_save_load_and_trainer_columns(run, tmp_path):
 
 
 def test_count_summary():
-    s = pairs.count_summary([5, 5, 5, 5])
+    s = pair_stats.count_summary([5, 5, 5, 5])
     assert (s["mean"], s["ci_low"], s["ci_high"], s["method"], s["meets_threshold"]) == (5, 5, 5, "degenerate", True)
-    s = pairs.count_summary([0, 10, 0, 10])
+    s = pair_stats.count_summary([0, 10, 0, 10])
     assert s["median"] == 5 and s["mean"] == 5 and s["ci_low"] < 5 and s["meets_threshold"] is False
-    assert pairs.count_summary([7])["meets_threshold"] is None and pairs.count_summary([])["n"] == 0
-    assert pairs.pairs_per_trace([{"trace_id": "a"}, {"trace_id": "a"}], ["a", "b"]) == {"a": 2, "b": 0}
+    assert pair_stats.count_summary([7])["meets_threshold"] is None and pair_stats.count_summary([])["n"] == 0
+    assert pair_stats.pairs_per_trace([{"trace_id": "a"}, {"trace_id": "a"}], ["a", "b"]) == {"a": 2, "b": 0}
 
 
 def test_position_and_breakdown():
-    assert [pairs.position_bucket(s, 10) for s in (0, 1, 2, 5, 9)] == [0, 0, 1, 2, 4]
-    assert pairs.position_bucket(2, 3, bins=5) == 3 and pairs.position_bucket(0, 0) == 0
+    assert [pair_stats.position_bucket(s, 10) for s in (0, 1, 2, 5, 9)] == [0, 0, 1, 2, 4]
+    assert pair_stats.position_bucket(2, 3, bins=5) == 3 and pair_stats.position_bucket(0, 0) == 0
     rows = [{"rule": "a", "step": 0, "n_steps": 10}, {"rule": "b", "step": 9, "n_steps": 10},
             {"rule": "a", "step": 8, "n_steps": 10}]
-    assert pairs.breakdown(rows) == {"by_rule": {"a": 2, "b": 1},
+    assert pair_stats.breakdown(rows) == {"by_rule": {"a": 2, "b": 1},
                                      "by_position": {0: {"a": 1}, 1: {}, 2: {}, 3: {}, 4: {"b": 1, "a": 1}}}
 
 
 def test_margin_distance_hand_values():
-    d = pairs.margin_distance([0.5, 0.5], [-0.5, -0.5], bins=2)
+    d = pair_stats.margin_distance([0.5, 0.5], [-0.5, -0.5], bins=2)
     # histograms [0, 2] and [2, 0], + 0.5 each: p = [1/6, 5/6], q = [5/6, 1/6]
     assert d["kl_real_random_bits"] == pytest.approx((5 / 6 - 1 / 6) * math.log2(5))
     assert d["js_bits"] == pytest.approx(stats.js_divergence([1, 5], [5, 1], base=2))
     assert (d["auroc"], d["auroc_ci_low"], d["auroc_method"]) == (1.0, 1.0, "degenerate")
-    same = pairs.margin_distance([0.1, 0.3, 0.7], [0.1, 0.3, 0.7])
+    same = pair_stats.margin_distance([0.1, 0.3, 0.7], [0.1, 0.3, 0.7])
     assert same["kl_real_random_bits"] == 0 and same["js_bits"] == 0 and same["auroc"] == 0.5
-    empty = pairs.margin_distance([], [0.1])
+    empty = pair_stats.margin_distance([], [0.1])
     assert empty["auroc"] is None and empty["js_bits"] is None
-    h_real, h_rand, edges = pairs.margin_histograms([2.0, -3.0], [0.0], bins=4)  # outside the range: clipped in
+    h_real, h_rand, edges = pair_stats.margin_histograms([2.0, -3.0], [0.0], bins=4)  # outside the range: clipped in
     assert h_real.tolist() == [1, 0, 0, 1] and h_rand.tolist() == [0, 0, 1, 0] and edges[0] == -1
 
 
@@ -365,7 +368,7 @@ def test_leave_one_teacher_out_hand_values():
     # step 1: t3 prefers the student's action: held out, it disagrees with the pair the other two make
     qs += [query("L", 1, "t1", agree), query("L", 1, "t2", agree), query("L", 1, "t3", {"y": 0.6, "x": 0.4})]
     ex = pairs.extract(by_trace, qs)
-    loto = pairs.leave_one_teacher_out(ex)
+    loto = pair_stats.leave_one_teacher_out(ex)
     # held out t1 or t2: the others are {x, x} (step 0) and {x, y} (step 1, no majority) -> one pair, a win each;
     # held out t3: x, x at both steps -> two pairs; t3 wins at step 0 and loses at step 1
     assert {t: (v["wins"], v["losses"]) for t, v in loto["per_teacher"].items()} == {
@@ -376,7 +379,7 @@ def test_leave_one_teacher_out_hand_values():
     by_trace["L"].append(step("L", 2, 3, None))
     ex = pairs.extract(by_trace, qs + [query("L", 2, t, agree) for t in ("t1", "t2", "t3")])
     assert [r["rule"] for r in ex.rows][-1] == "majority_over_malformed"
-    assert pairs.leave_one_teacher_out(ex)["pooled"]["n"] == 4
+    assert pair_stats.leave_one_teacher_out(ex)["pooled"]["n"] == 4
     assert pooled["p_value"] == pytest.approx(5 / 16)  # P(X >= 3 | n=4, 1/2)
     assert pooled["ci_low"] == pytest.approx(stats.wilson_interval(3, 4).low)
 
@@ -386,7 +389,7 @@ def test_grounding():
             {"trace_id": "a", "outcome_resolved": True, "chosen_action": "s", "rejected_action": "m", "student_action": "s"},
             {"trace_id": "b", "outcome_resolved": False, "chosen_action": "x", "rejected_action": "s", "student_action": "s"},
             {"trace_id": "c", "outcome_resolved": None, "chosen_action": "x", "rejected_action": "y", "student_action": "s"}]
-    g = pairs.grounding(rows)
+    g = pair_stats.grounding(rows)
     assert (g["resolved"]["agent_chosen"], g["resolved"]["agent_rejected"], g["resolved"]["share_chosen"]) == (1, 1, 0.5)
     assert g["resolved"]["ci_low"] == pytest.approx(stats.wilson_interval(1, 2).low)
     assert (g["unresolved"]["share_chosen"], g["unresolved"]["traces"]) == (0.0, 1)
@@ -396,7 +399,7 @@ def test_grounding():
 def test_disagreement_summary(run):
     by_trace, qs = run
     ex = pairs.extract(by_trace, qs)
-    s = pairs.disagreement_summary(ex.steps)
+    s = pair_stats.disagreement_summary(ex.steps)
     assert s["majority_over_student"]["steps"] == 1 and s["student_over_minority"]["steps"] == 1
     assert s["majority_over_malformed"] == {"steps": 1, "mean_gjs_bits": 0.0, "mean_vote_entropy_bits": 0.0}  # A2
     gjs_a0 = pairs.teacher_disagreement(ex.distributions[("A", 0)])
@@ -408,7 +411,7 @@ def test_disagreement_summary(run):
 def test_describe(run):
     by_trace, qs = run
     row = pairs.extract(by_trace, qs).rows[0]
-    d = pairs.describe(row)
+    d = pair_stats.describe(row)
     assert d["step"] == "0/3" and d["chosen"] == CAT and d["rejected"] == LS and d["last observation"] == "task at 0"
     assert d["votes"] == "t1: cat a.py, t2: cat a.py, t3: ls"
 
@@ -420,11 +423,11 @@ def test_clip_messages():
     msgs = [{"role": "system", "content": "s" * 10}, {"role": "user", "content": "task"}]
     for i in range(4):
         msgs += [{"role": "assistant", "content": f"a{i}"}, {"role": "tool", "content": f"o{i}"}]
-    out = pairs.clip_messages(msgs, window=2)
+    out = policy_teachers.clip_messages(msgs, window=2)
     assert [m["content"] for m in out] == ["s" * 10, "task", "a2", "o2", "a3", "o3"]
-    out = pairs.clip_messages(msgs, max_chars=4)
+    out = policy_teachers.clip_messages(msgs, max_chars=4)
     assert out[0]["content"] == "ss\n[…]\nss" and out[1]["content"] == "task"
-    assert pairs.clip_messages(msgs) == msgs
+    assert policy_teachers.clip_messages(msgs) == msgs
 
 
 def test_query_policy_teachers_against_the_echo_server(tmp_path):
@@ -446,11 +449,11 @@ def test_query_policy_teachers_against_the_echo_server(tmp_path):
         endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"},
                      "teacher-b": {"base_url": server.base_url, "model": "teacher-b"},
                      "missing": {"base_url": server.base_url, "model": "nope"}}
-        records = asyncio.run(pairs.query_policy_teachers({"E": [good, bad, doubled]}, endpoints,
-                                                          tmp_path / "q.jsonl", k=3, tools=tool_schemas(),
-                                                          max_tokens=64))
-        strict = asyncio.run(pairs.query_policy_teachers({"E": [doubled]}, endpoints, tmp_path / "s.jsonl", k=1,
-                                                         tools=tool_schemas(), max_tokens=64, lenient=False))
+        records = asyncio.run(query_policy_teachers({"E": [good, bad, doubled]}, endpoints,
+                                                                    tmp_path / "q.jsonl", k=3, tools=tool_schemas(),
+                                                                    max_tokens=64))
+        strict = asyncio.run(query_policy_teachers({"E": [doubled]}, endpoints, tmp_path / "s.jsonl", k=1,
+                                                                   tools=tool_schemas(), max_tokens=64, lenient=False))
     assert [q.distribution for q in records if q.step == 2 and q.teacher == "teacher-a"] == [{VIEW: 1.0}] * 3
     [strict_a] = [q for q in strict if q.teacher == "teacher-a"]
     assert strict_a.distribution is None and "no well-formed" in strict_a.parse_error
@@ -465,7 +468,7 @@ def test_query_policy_teachers_against_the_echo_server(tmp_path):
     missing = [q for q in records if q.teacher == "missing"]
     assert all(q.error_kind == "not_found" for q in missing)
     with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
-        only = asyncio.run(pairs.query_policy_teachers(
+        only = asyncio.run(query_policy_teachers(
             {"E": [good, bad]}, {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"}},
             tmp_path / "q2.jsonl", k=2, steps={"E": [1]}))
     assert [(q.step, q.sample) for q in only] == [(1, 0), (1, 1)]
@@ -491,11 +494,11 @@ def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monk
             raise RuntimeError("killed mid-run")
         return real(messages)
 
-    monkeypatch.setattr(pairs, "prompt_messages", crash_at_step_1)
+    monkeypatch.setattr(policy_teachers, "prompt_messages", crash_at_step_1)
     with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
         endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"}}
         with pytest.raises(RuntimeError, match="killed"):
-            asyncio.run(pairs.query_policy_teachers({"E": [first, second]}, endpoints, tmp_path / "q.jsonl", k=2))
+            asyncio.run(query_policy_teachers({"E": [first, second]}, endpoints, tmp_path / "q.jsonl", k=2))
     kept = replay.read_queries(tmp_path / "q.jsonl")  # step 0 was answered before step 1 failed: it is on disk
     assert [(q.step, q.sample, q.distribution) for q in kept] == [(0, 0, {VIEW: 1.0}), (0, 1, {VIEW: 1.0})]
 
@@ -553,10 +556,10 @@ def test_query_policy_teachers_asks_for_each_sample_an_endpoint_ignoring_n_left_
     path = tmp_path / "q.jsonl"
     with counting_server(ignore_n={"deaf"}) as (url, sent):
         endpoints = {name: {"base_url": url, "model": name} for name in ("honest", "deaf")}
-        records = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
+        records = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
         assert "endpoint 'deaf' ignored n (asked for 3 samples, got 1)" in capsys.readouterr().out
         assert Counter((b["model"], b["n"]) for b in sent) == {("honest", 3): 2, ("deaf", 3): 2, ("deaf", 1): 4}
-        assert pairs.ignored_n(records) == ["deaf"]
+        assert policy_teachers.ignored_n(records) == ["deaf"]
         for t in range(2):
             honest, deaf = ([q for q in records if q.teacher == name and q.step == t] for name in ("honest", "deaf"))
             assert [next(iter(q.distribution)) for q in honest] == [f"echo {10 + t}-{i}" for i in range(3)]
@@ -564,10 +567,10 @@ def test_query_policy_teachers_asks_for_each_sample_an_endpoint_ignoring_n_left_
             assert len({q.request_key for q in honest}) == 1 and len({q.request_key for q in deaf}) == 3
             assert [q.prompt_tokens for q in deaf] == [10] * 3  # each request's usage, once
         sent.clear()
-        again = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
+        again = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
     assert sent == [] and all(q.cached for q in again)  # every request answered from the store
     assert [q.model_copy(update={"cached": False}) for q in again] == records
-    assert pairs.ignored_n(again) == ["deaf"]
+    assert policy_teachers.ignored_n(again) == ["deaf"]
     assert replay.read_queries(path) == again and set(sample_counts(again).values()) == {1}
 
 
@@ -576,7 +579,7 @@ def test_query_policy_teachers_resumes_from_its_store(tmp_path):
     path = tmp_path / "q.jsonl"
     with counting_server() as (url, sent):
         endpoints = {"teacher-a": {"base_url": url, "model": "teacher-a", "revision": "v1"}}
-        first = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=2))
+        first = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=2))
         # a kill after step 2 was answered and before it was stored, which also tore the file's last line
         db = sqlite3.connect(tmp_path / replay.STORE_FILE)
         db.execute("DELETE FROM answers WHERE key = ?", (first[-1].request_key,))
@@ -584,7 +587,7 @@ def test_query_policy_teachers_resumes_from_its_store(tmp_path):
         db.close()
         path.write_text(path.read_text()[:-30])
         sent.clear()
-        again = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=2))
+        again = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=2))
         assert [b["seed"] for b in sent] == [2]  # only the request whose answer was not stored
         assert [q.cached for q in again] == [True] * 4 + [False] * 2
         assert [q.model_dump(exclude={"cached", "latency_s"}) for q in again] == [
@@ -592,11 +595,11 @@ def test_query_policy_teachers_resumes_from_its_store(tmp_path):
         assert again[:4] == [q.model_copy(update={"cached": True}) for q in first[:4]]  # reused as they were
         assert replay.read_queries(path) == again  # afresh: each sample once
         sent.clear()  # another checkpoint behind the same name: nothing is reused
-        asyncio.run(pairs.query_policy_teachers(by_trace, {"teacher-a": {**endpoints["teacher-a"], "revision": "v2"}},
-                                                path, k=2))
+        asyncio.run(query_policy_teachers(by_trace, {"teacher-a": {**endpoints["teacher-a"], "revision": "v2"}},
+                                                          path, k=2))
         assert len(sent) == 3
         sent.clear()
-        fresh = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=2, resume=False))
+        fresh = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=2, resume=False))
         assert len(sent) == 3 and not any(q.cached for q in fresh)
 
 
@@ -605,8 +608,8 @@ def test_query_policy_teachers_sends_a_request_two_traces_share_once(tmp_path):
     by_trace = {"A": [step("A", 0, 2, "ls"), step("A", 1, 2, "ls", history="a")],
                 "B": [step("B", 0, 2, "ls"), step("B", 1, 2, "ls", history="b")]}
     with counting_server() as (url, sent):
-        records = asyncio.run(pairs.query_policy_teachers(by_trace, {"t": {"base_url": url, "model": "t"}},
-                                                          tmp_path / "q.jsonl", k=2))
+        records = asyncio.run(query_policy_teachers(by_trace, {"t": {"base_url": url, "model": "t"}},
+                                                                    tmp_path / "q.jsonl", k=2))
     assert len(sent) == 3  # not 4
     first = {(q.trace_id, q.step): q for q in records if q.sample == 0}
     assert first["A", 0].request_key == first["B", 0].request_key != first["B", 1].request_key
@@ -617,7 +620,7 @@ def test_query_policy_teachers_sends_a_request_two_traces_share_once(tmp_path):
 
 KILLABLE_RUNS = """
 import asyncio, os, signal, sys, time, traceback
-from composer import pairs
+from composer.policy_teachers import query_policy_teachers
 from composer.traces import StepRecord
 
 by_trace = {}
@@ -632,7 +635,7 @@ for url in iter(sys.stdin.readline, ""):  # a run against the server at URL, kil
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         try:
             endpoints = {name: {"base_url": url, "model": name, "revision": "r1"} for name in ("honest", "deaf")}
-            asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, sys.argv[2], k=3))
+            asyncio.run(query_policy_teachers(by_trace, endpoints, sys.argv[2], k=3))
             os._exit(0)
         except BaseException:
             traceback.print_exc()
@@ -652,7 +655,7 @@ def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_an
     traces_file.write_text("".join(r.model_dump_json() + "\n" for rs in by_trace.values() for r in rs))
 
     def key(body):
-        return pairs.policy_request_key(body["model"], "r1", body)
+        return policy_teachers.policy_request_key(body["model"], "r1", body)
 
     def stored():
         if not store.exists():
@@ -694,7 +697,7 @@ def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_an
     before = stored()
     with counting_server(ignore_n={"deaf"}) as (url, sent):
         endpoints = {name: {"base_url": url, "model": name, "revision": "r1"} for name in ("honest", "deaf")}
-        records = asyncio.run(pairs.query_policy_teachers(by_trace, endpoints, path, k=3))
+        records = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=3))
     repaid += [key(b) for b in sent if key(b) in before]
     sent_ever += sent
     assert repaid == []  # 0 re-paid stored answers
@@ -702,13 +705,13 @@ def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_an
     for got in (records, replay.read_queries(path)):
         counts = sample_counts(got)
         assert set(counts) == planned and set(counts.values()) == {1}
-    assert not any(q.error_kind for q in records) and pairs.ignored_n(records) == ["deaf"]
+    assert not any(q.error_kind for q in records) and policy_teachers.ignored_n(records) == ["deaf"]
     assert stored() == {q.request_key for q in records} <= {key(b) for b in sent_ever}  # the test's keys are right
     assert any(q.cached for q in records) and {q.request_key for q in records if q.cached} == before
 
 
 def test_embedded_traces():
-    records = pairs.embedded_traces(1, seed=0)
+    records = embedded_traces(1, seed=0)
     assert records and records[-1].done and records[-1].outcome["resolved"] in (True, False)
     assert all(r.action.tool_call is not None and r.source == "composer-embedded" for r in records)
     assert [r.step for r in records] == list(range(len(records)))
@@ -741,14 +744,14 @@ def test_tool_call_prompts_survive_arrow_and_render_as_the_student_saw_them():
 
 
 def test_lenient_tool_call():
-    assert pairs.lenient_tool_call('<tool_call>\n<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call>') == (
+    assert lenient_tool_call('<tool_call>\n<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call>') == (
         "run_tests", {})
-    assert pairs.lenient_tool_call('x <tool_call>{"name": "view", "arguments": "{\\"path\\": \\"a\\"}"}') == (
+    assert lenient_tool_call('x <tool_call>{"name": "view", "arguments": "{\\"path\\": \\"a\\"}"}') == (
         "view", {"path": "a"})  # arguments as a JSON string, no closing tag
-    assert pairs.lenient_tool_call('<tool_call>\n{"name": "view", "arguments": {"path": ') is None  # cut mid-object
-    assert pairs.lenient_tool_call('<tool_call>\n{"name": " "arguments": "run_tests"}}\n</tool_call>') is None
-    assert pairs.lenient_tool_call('{"name": "view", "arguments": {}}') is None  # no tag: not a call
-    assert pairs.lenient_tool_call('<tool_call>{"name": 3, "arguments": {}}</tool_call>') is None
+    assert lenient_tool_call('<tool_call>\n{"name": "view", "arguments": {"path": ') is None  # cut mid-object
+    assert lenient_tool_call('<tool_call>\n{"name": " "arguments": "run_tests"}}\n</tool_call>') is None
+    assert lenient_tool_call('{"name": "view", "arguments": {}}') is None  # no tag: not a call
+    assert lenient_tool_call('<tool_call>{"name": 3, "arguments": {}}</tool_call>') is None
 
 
 def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
@@ -757,7 +760,7 @@ def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
     from composer.env.environment import CodingEnv
 
     instances = tasks.generate(2, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))
-    rows = pairs.oracle_pairs(instances, seed=0)
+    rows = reference_pairs.oracle_pairs(instances, seed=0)
     assert [r["task_id"] for r in rows] == [r["instance_id"] for r in instances]
     env = CodingEnv(instances, policies.ENV_CONFIG)
     try:
@@ -785,7 +788,7 @@ def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
 
     profile = zoo.PROFILES["smoke"]
     student, instances = zoo.model(profile, "student"), zoo.split_tasks(profile, "train")
-    rows = pairs.expert_pairs(instances, student, count=3, max_new_tokens=profile.max_new_tokens)
+    rows = expert_pairs(instances, student, count=3, max_new_tokens=profile.max_new_tokens)
     assert len(rows) == 3 and len({r["pair_id"] for r in rows}) == 3
     model, tokenizer = load_model(student), load_tokenizer(student)
     env = CodingEnv(instances, policies.ENV_CONFIG)
@@ -804,16 +807,16 @@ def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
             assert row["rejected_action"] != row["chosen_action"]
     finally:
         env.close()
-    assert len(pairs.expert_pairs(instances[:1], student, count=100, max_new_tokens=profile.max_new_tokens)) < 100
+    assert len(expert_pairs(instances[:1], student, count=100, max_new_tokens=profile.max_new_tokens)) < 100
 
 
 def test_query_policy_teachers_refuses_zero_concurrency_and_a_busy_folder(tmp_path):
     from composer.lock import RunDirBusy, run_lock
 
-    steps = {"t": pairs.embedded_traces(1)[:1]}
+    steps = {"t": embedded_traces(1)[:1]}
     endpoints = {"a": {"base_url": "http://127.0.0.1:9/v1", "model": "a"}}
     with pytest.raises(ValueError, match="concurrency must be >= 1, got 0"):
-        asyncio.run(asyncio.wait_for(pairs.query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl", concurrency=0), 10))
+        asyncio.run(asyncio.wait_for(query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl", concurrency=0), 10))
     with run_lock(tmp_path), pytest.raises(RunDirBusy, match="in use by another run"):
-        asyncio.run(pairs.query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl"))
+        asyncio.run(query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl"))
     assert not (tmp_path / "q.jsonl").exists()

@@ -22,8 +22,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from composer.models import load_model, load_tokenizer, tiny_model
 from composer.providers import PROFILES_FILE, Profile, load_profiles
-from composer.serve import (BYTE_LEVEL, SHARED_PROMPT, Generator, Job, Server, _prefilled,
-                            _shared_prompt_attention, _SharedPromptLayer, parse_tool_calls, serve)
+from composer.generation import SHARED_PROMPT, Generator, Job, _prefilled, _shared_prompt_attention, _SharedPromptLayer
+from composer.serve import BYTE_LEVEL, Server, parse_tool_calls, serve
 from composer.serve import main as serve_main
 
 KEY = "sk-local-unused"

@@ -16,21 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from genai_prices import Usage, calc_price
 
-from composer import teachers
+from composer import actions, teachers
 from composer.providers import cost
 from composer.serve import serve
-from composer.teachers import (
-    OTHER,
-    BudgetExceeded,
-    ParseError,
-    Store,
-    Teacher,
-    TeacherSpec,
-    canonical_command,
-    canonical_tool_call,
-    parse_command,
-    parse_topk,
-)
+from composer.teachers import OTHER, BudgetExceeded, Store, Teacher, TeacherSpec
+from composer.actions import ParseError, canonical_command, canonical_tool_call, parse_command, parse_topk
 from composer.traces import Action, ToolCall
 
 GPT5_PRICES = {"input": 1.25, "output": 10.0, "cache_read": 0.125}
@@ -94,8 +84,8 @@ def test_canonical_actions_of_tool_calls_and_trace_actions():
     assert canonical_tool_call("bash", {"command": "ls  -la"}) == "ls -la"
     assert canonical_tool_call("edit", {"path": "a.py", "line": 3}) == 'edit({"line":3,"path":"a.py"})'
     bash = Action(text="x", tool_call=ToolCall(name="bash", arguments={"command": "python  t.py"}))
-    assert teachers.canonical_action(bash) == "python t.py"
-    assert teachers.canonical_action(Action(text="no tool call")) is None
+    assert actions.canonical_action(bash) == "python t.py"
+    assert actions.canonical_action(Action(text="no tool call")) is None
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -143,15 +133,15 @@ def test_the_echoed_question_is_a_parse_failure(mode):
     """Offline the stand-in echoes the question: it must never parse as a distribution."""
     s = TeacherSpec(name="t", model="openai/gpt-5", mode=mode)
     with pytest.raises(ParseError):
-        teachers.distribution_of(s, teachers.question(s), [{"logprob": -0.1}])
+        actions.distribution_of(s, teachers.question(s), [{"logprob": -0.1}])
 
 
 def test_logprobs_distribution_is_the_sequence_probability():
     s = TeacherSpec(name="t", model="openai/gpt-5", mode="logprobs")
-    d = teachers.distribution_of(s, "```bash\nls\n```", [{"logprob": -0.5}, {"logprob": -0.25}])
+    d = actions.distribution_of(s, "```bash\nls\n```", [{"logprob": -0.5}, {"logprob": -0.25}])
     assert d == pytest.approx({"ls": math.exp(-0.75), OTHER: 1 - math.exp(-0.75)})
     with pytest.raises(ParseError, match="logprobs"):
-        teachers.distribution_of(s, "```bash\nls\n```", None)
+        actions.distribution_of(s, "```bash\nls\n```", None)
 
 
 # -------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
-from composer import arms, policies, vllm_engine
+from composer import ab_inputs, arms, policies, vllm_engine
 from composer.env import tasks
 from composer.env.environment import EnvConfig
 from composer.models import load_model, load_tokenizer, tiny_model
@@ -121,9 +121,10 @@ def test_grpo_through_vllm_switches_004s_screening_and_evaluations_to_it(tmp_pat
     monkeypatch.setattr(policies, "evaluate", evaluate)
     settings = {**run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")[0],
                 "arms": {"A": {}}, "screen_tasks": 2, "generations": 2, "steps": 1, "prompts_per_step": 1}
-    plan, _ = arms.plan_from_parameters({**settings, "trainer_config": {"use_vllm": True}}, tmp_path)
+    vllm = {**settings, "trainer_config": {"use_vllm": True}}
+    plan = arms.plan_from_parameters(vllm, ab_inputs.prepare(vllm, tmp_path))
     assert plan.evaluation["engine"] == "vllm" and engines == ["vllm"]
-    plain, _ = arms.plan_from_parameters(settings, tmp_path)
+    plain = arms.plan_from_parameters(settings, ab_inputs.prepare(settings, tmp_path))
     assert "engine" not in plain.evaluation and engines == ["vllm", "transformers"]
     eval_keys = [{j["key"] for j in arms.jobs(p) if j["kind"] == "eval"} for p in (plan, plain)]
     assert not eval_keys[0] & eval_keys[1]

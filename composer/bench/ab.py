@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
+from composer import ab_inputs, run
 from composer import arms as ablib
-from composer import run
 from composer.bench import machine
 
 SLUG = "004-ab-train-grpo-vs-trace-replay-dpo"
@@ -34,7 +34,9 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
     reference, treatment = reference or params["reference"], treatment or params["treatment"]
     with tempfile.TemporaryDirectory(prefix="composer-bench-ab-") as tmp:
         arms = {name: params["arms"][name] for name in (reference, treatment)}
-        plan, about = ablib.plan_from_parameters({**params, "seeds": 1, "arms": arms}, tmp)
+        two_arms = {**params, "seeds": 1, "arms": arms}
+        inputs = ab_inputs.prepare(two_arms, tmp)
+        plan = ablib.plan_from_parameters(two_arms, inputs)
         start = time.perf_counter()
         done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
         total = time.perf_counter() - start
@@ -47,7 +49,7 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
         "arms": per_arm, "reference": reference, "treatment": treatment, "profile": profile,
         "scale": {k: params[k] for k in ("student", "steps", "prompts_per_step", "generations",
                                          "max_completion_length", "env_max_steps")},
-        "pairs": {"source": about["pairs_source"], **{n: i["rows"] for n, i in about["inputs"].items()}},
+        "pairs": {"source": inputs.pairs_source, **{n: i["rows"] for n, i in inputs.pairs.items()}},
         "targets": TARGETS, "meets_targets": {"b_over_a_time": ratio <= TARGETS["b_over_a_time"]},
         "scope": "one seed's training per arm, each in a fresh process; evaluation excluded (the same per arm); "
                  "peak memory is the process's peak RSS, interpreter and imports included",

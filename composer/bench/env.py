@@ -11,7 +11,7 @@ edit (the gold fix from the task's patch on even episodes, a harmless wrong edit
 run_tests, submit. That is 5 steps (more when a gold patch has several hunks), 3 of which run a
 sandboxed pytest: the two run_tests and submit's grading run, each in a fresh sandbox started from
 the fork server where there is one (composer.env.forkserver; else run_tests go through the episode's
-warm sandbox.PytestWorker). `workers` episodes run at once, each in its own CodingEnv, as a trainer's
+warm PytestWorker). `workers` episodes run at once, each in its own CodingEnv, as a trainer's
 rollouts would.
 
   env_steps_per_s             steps per wall-clock second, `workers` episodes at a time (reset time
@@ -86,6 +86,7 @@ from pathlib import Path
 from composer.bench import machine
 from composer.paths import ROOT
 from composer.env import sandbox, tasks
+from composer.env.worker import PytestWorker
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
 TARGET_STEPS_PER_S = 20
@@ -184,7 +185,7 @@ def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
                 times.append(time.perf_counter() - start)
             return statistics.median(times) * 1e3
 
-        with sandbox.PytestWorker(repo) as worker:
+        with PytestWorker(repo) as worker:
 
             def restart_and_run():
                 worker._state.stop_server()  # a cold start of the worker's server, then its first run

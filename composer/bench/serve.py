@@ -100,7 +100,7 @@ async def _load(url: str, server: psutil.Process, model: str, requests: int, con
 def _k_samples(path: str, k: int, prompt_tokens: int, max_tokens: int, repeats: int, seed: int) -> dict:
     """Wall time of one seeded n=k request of a `prompt_tokens` prompt, the server's way and HF generate's plain one."""
     from composer.models import load_model
-    from composer.serve import Generator, Job
+    from composer.generation import Generator, Job
 
     model = load_model(path).eval()
     prompt = [5 + (i * 7919) % (model.config.vocab_size - 10) for i in range(prompt_tokens)]  # fixed, varied ids

@@ -33,7 +33,7 @@ TRACES = ROOT / "runs/002a-trace-collection-trl/traces.jsonl"
 
 
 async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int, plain: bool) -> tuple[float, list]:
-    from composer import pairs
+    from composer import policy_teachers
     from composer.env.environment import tool_schemas
     from composer.serve import serve
 
@@ -41,24 +41,25 @@ async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int,
             tempfile.TemporaryDirectory(prefix="composer-bench-teachers-") as tmp:
         endpoints = {name: {"base_url": server.base_url, "model": name} for name in teachers}
         first = next(iter(by_trace))
-        await pairs.query_policy_teachers({first: by_trace[first][:1]}, endpoints, Path(tmp) / "warm.jsonl", k=1,
-                                          tools=tool_schemas(), max_tokens=4, seed=seed + 1, resume=False)
+        await policy_teachers.query_policy_teachers({first: by_trace[first][:1]}, endpoints, Path(tmp) / "warm.jsonl",
+                                                    k=1, tools=tool_schemas(), max_tokens=4, seed=seed + 1,
+                                                    resume=False)
         start = time.perf_counter()
-        records = await pairs.query_policy_teachers(by_trace, endpoints, Path(tmp) / "queries.jsonl", k=k,
-                                                    tools=tool_schemas(), temperature=1.0, max_tokens=max_tokens,
-                                                    seed=seed, resume=False)
+        records = await policy_teachers.query_policy_teachers(
+            by_trace, endpoints, Path(tmp) / "queries.jsonl", k=k, tools=tool_schemas(), temperature=1.0,
+            max_tokens=max_tokens, seed=seed, resume=False)
         return time.perf_counter() - start, records
 
 
 def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: int = 256, seed: int = 0) -> dict:
     import torch
 
-    from composer import pairs, zoo
+    from composer import reference_pairs, zoo
     from composer.traces import group_traces, load_traces
 
     start = machine()
     torch.set_num_threads(1)
-    records = load_traces(TRACES) if TRACES.is_file() else pairs.embedded_traces(8, seed=seed)
+    records = load_traces(TRACES) if TRACES.is_file() else reference_pairs.embedded_traces(8, seed=seed)
     by_trace = dict(list(group_traces(records, on_error="collect").items())[:traces])
     teachers = {name: path for name, path in zoo.zoo(profile).items() if name != "student"}
     wall, answers = {}, {}

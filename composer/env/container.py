@@ -46,7 +46,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.env import canaries, sandbox, tampering
+from composer.env import canaries, patches, sandbox, tampering
 
 NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
 LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
@@ -265,7 +265,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     report = {"patch_is_None": prediction["model_patch"] is None, "patch_exists": bool(patch),
               "patch_successfully_applied": False, "resolved": False, "error": None,
               "tampering": {"flagged": [], "forged": []}}
-    changed = sandbox.diff_paths(patch) if patch.strip() else []
+    changed = patches.diff_paths(patch) if patch.strip() else []
     script = spec.eval_script_list
     start = script.index(f": '{START_TEST_OUTPUT}'")
     env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]  # activate, cd, variables

@@ -26,7 +26,7 @@ Episode rules (decisions, with the reason):
 - run_tests: where cold runs start from the fork server (sandbox.forked_runs(): root with
   bubblewrap), each call is a sandbox.run_pytest in a fresh sandbox with pytest already imported
   (nothing an earlier call left in /tmp or memory is there). Elsewhere it goes through one warm
-  sandbox.PytestWorker per episode: its first call starts a sandboxed server that has pytest
+  worker.PytestWorker per episode: its first call starts a sandboxed server that has pytest
   imported, each call forks a fresh child of it (same limits), about 3x cheaper than a cold run
   that starts an interpreter; the worker ends with the episode. `warm_tests` forces either way
   (True: the worker, False: cold runs); None (default) picks as above.
@@ -75,8 +75,9 @@ from pydantic import BaseModel, Field, ValidationError, validate_call
 from transformers.utils import get_json_schema
 
 from composer import traces
-from composer.env import container, sandbox, swebench, tools
+from composer.env import container, patches, sandbox, swebench, tools
 from composer.env import tasks as tasklib
+from composer.env.worker import PytestWorker
 
 TOOLS = ("list_files", "view", "search", "edit", "apply_patch", "run_tests", "submit")
 MAX_TEST_IDS = 500
@@ -90,7 +91,7 @@ class EnvConfig:
     max_edit_bytes: int = 20_000  # new_text of edit, diff of apply_patch
     max_observation_chars: int = 8_000  # the text the model sees, head and tail kept
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
-    warm_tests: bool | None = None  # a per-episode sandbox.PytestWorker for run_tests; None: only without the fork server
+    warm_tests: bool | None = None  # a per-episode PytestWorker for run_tests; None: only without the fork server
     flag_tampering: bool = True  # a submission whose source changes tamper with the test run scores 0
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
@@ -152,7 +153,7 @@ class _Episode:
     reward: float | None = None
     patch: str | None = None
     tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings], "forged": [canaries]}
-    worker: sandbox.PytestWorker | None = None  # run_tests' warm pytest; None where runs are forked, or once done
+    worker: PytestWorker | None = None  # run_tests' warm pytest; None where runs are forked, or once done
     workspace: container.Workspace | None = None  # a real instance's container (its run_tests); None if embedded
 
 
@@ -243,9 +244,9 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         graded = json.loads(instance["FAIL_TO_PASS"]) + json.loads(instance["PASS_TO_PASS"])
         self._ep = ep = _Episode(
             instance=instance, episode_id=episode_id or uuid.uuid4().hex, tmp=tmp, repo=repo,
-            pristine=tools.snapshot(repo), test_paths=frozenset(sandbox.diff_paths(instance["test_patch"])),
+            pristine=tools.snapshot(repo), test_paths=frozenset(patches.diff_paths(instance["test_patch"])),
             default_tests=graded if visible else [], messages=[], workspace=workspace,
-            worker=sandbox.PytestWorker(repo, timeout_s=self.config.test_timeout_s)  # starts at the first run_tests
+            worker=PytestWorker(repo, timeout_s=self.config.test_timeout_s)  # starts at the first run_tests
             if self._warm() and not real else None)
         which = "the task's tests" if visible else "the tests in the repository"
         text = "\n\n".join([

@@ -77,7 +77,7 @@ def _cached(instance_json: str) -> tuple[Probe, ...]:
 
 
 def _make(instance_json: str) -> list[Probe]:
-    from composer.env.canaries import NOT_LITERAL, literal, moved  # the canaries' moves, on an argument
+    from composer.env.canaries import NOT_LITERAL, literal
     instance = json.loads(instance_json)
     task = tasks._build(tasks._spec_of(instance))
     rng = random.Random(hashlib.sha256(instance["instance_id"].encode()).digest())

@@ -4,12 +4,13 @@
 
     run = sandbox.run_pytest(repo, ["tests/test_ops.py::test_mean_1"], timeout_s=20)
     run.outcomes                    # {"tests/test_ops.py::test_mean_1": False}
-    with sandbox.PytestWorker(repo, timeout_s=20) as worker:   # a warm pytest for one episode's runs
-        run = worker.run(["tests/test_ops.py::test_mean_1"])   # the same TestRun, ~3x cheaper
     rc, out, timed_out = sandbox.run_python(repo, ["-c", "print(1)"])
-    sandbox.apply_unified_diff(repo, diff)   # -> ["calc/ops.py"]; PatchError (and nothing changed) if it fails
-    sandbox.safe_path(repo, "calc/ops.py")   # SandboxError for ../x, /etc/passwd, escaping symlinks
     sandbox.isolation()                      # what this host enforces (goes into reports)
+    sandbox.guarantees()                     # what each containment mode holds, as booleans
+
+Beside it: composer.env.limits (the bounds of a run: Limits, its own uid, its memory cgroup), composer.env.worker
+(PytestWorker: a warm pytest for one episode's runs), composer.env.patches (paths inside a copy, diffs applied
+whole or not at all), composer.env.forkserver (fresh sandboxes with pytest preloaded).
 
 Threat model: the code a run executes is an adversary's (a policy under RL writes it). What it must not do
 is reach anything outside its own repository copy, outlive its run, exhaust the host, or forge the
@@ -29,7 +30,7 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
   not /etc/shadow), the Python installation, all read-only; a fresh /proc and a minimal /dev; a private
   size-limited tmpfs on /tmp and /dev/shm (`tmp_mb`, gone with the run); the outcome plugin read-only;
   and its repository copy read-write. Nothing else exists for it: no other episode's copy, no host
-  /tmp, no host socket, no /root, no /work. It runs as a uid of its own (`_Uids`: unique among all live
+  /tmp, no host socket, no /root, no /work. It runs as a uid of its own (`Uids`: unique among all live
   sandboxes on the host, whatever process made them, so never shared and never wrapped), with no
   capability and no_new_privs, as pid 1 of its PID namespace (so the whole tree dies with it), and
   with the memory of its whole process tree capped by a cgroup (`memory_mb`; cgroup v2 where the
@@ -47,8 +48,9 @@ suffixed per session) loaded with `-p` that sends each report's node id and phas
 carrying a per-run token; the plugin takes the pipe's number and the token out of the environment when pytest
 loads it, before any conftest or test module is imported, and closes its run with an end line. pytest is
 pinned to the repository's own configuration file (`-c`, chosen by the trusted side), `--rootdir` and
-`--confcutdir` are the repository, so no pytest.ini or conftest.py outside it steers a run. What this cannot stop: code imported by the tests runs in the same
-process as the plugin, so it can patch pytest or find the pipe and the token in memory. Grading therefore
+`--confcutdir` are the repository, so no pytest.ini or conftest.py outside it steers a run. What this cannot
+stop: code imported by the tests runs in the same process as the plugin, so it can patch pytest or find the pipe
+and the token in memory. Grading therefore
 also resets every file that steers a test run to the base (composer.env.grading), plants canaries among the
 tests (composer.env.canaries), scans the changed source files (composer.env.tampering), and runs with
 `grading=True`: the values the tests compare made plain (composer/env/plain_values.py) and the repository copy
@@ -66,33 +68,26 @@ never goes through a worker: a submission is graded by a cold run in a fresh san
 
 import contextlib
 import functools
-import itertools
 import json
 import os
-import random
-import re
 import resource
 import secrets
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 from composer.env import forkserver
+from composer.env.limits import (FILE_LIMIT_MB, UID_BASE, Cgroup, Limits, Uids, chown_tree, memory_cgroup,
+                                  own_process_count, readable_tree, tree_size)
+from composer.env.patches import SandboxError, read_regular, safe_path
 
-FILE_LIMIT_MB = 64
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-# Per-run uids live far above any real account (and below 2^31, where setresuid's -1 sentinel sits).
-UID_BASE = 1_500_000_000
-UID_SPAN = 1 << 24
 WATCH_S = 0.2  # how often a run's repository size is checked
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
@@ -119,14 +114,6 @@ CONFIG_FILES = (("pytest.ini", ""), (".pytest.ini", ""), ("pyproject.toml", "[to
                 ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
 
 
-class SandboxError(Exception):
-    """A path or an input that the sandbox refuses (escapes the repo, malformed)."""
-
-
-class PatchError(SandboxError):
-    """A diff that does not apply; the message carries the patch tool's output."""
-
-
 @dataclass
 class TestRun:
     __test__ = False  # not a pytest test class despite the name
@@ -138,24 +125,6 @@ class TestRun:
     error: str | None
     missing: tuple[str, ...] = ()  # requested ids that gave no outcome at all (not collected, never reached)
     properties: dict | None = None  # node id -> what its call recorded (record_property), when any did
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What bounds one run (a cold run, or each run of a PytestWorker)."""
-    timeout_s: float = 20.0
-    memory_mb: int = 1024  # per process (RLIMIT_AS) and, where a cgroup can be made, for the whole tree
-    cpu_s: int | None = None  # RLIMIT_CPU; default timeout_s + 1
-    max_output: int = 20_000
-    max_procs: int = 64
-    tmp_mb: int = 256  # the private /tmp and /dev/shm ("root-ns")
-    disk_mb: int = 512  # the repository copy's size, polled
-    max_files: int = 20_000  # files and folders in the repository copy, polled
-
-    def __post_init__(self):
-        bad = [k for k, v in vars(self).items() if v is not None and v <= 0]
-        if bad:
-            raise SandboxError(f"sandbox limits must be positive: {', '.join(bad)}")
 
 
 def scrubbed_env(home: str | Path | None = None) -> dict:
@@ -303,7 +272,7 @@ def _prlimit() -> str | None:
 def isolation() -> dict:
     """What is enforced on this host, in words fit for a report's provenance block."""
     mode = _mode()
-    memory = _memory_cgroup()
+    memory = memory_cgroup()
     return {
         "mode": mode,
         "network": "none (own network namespace)" if mode != "plain" else "not isolated",
@@ -322,173 +291,6 @@ def isolation() -> dict:
         "rlimits": ["AS", "CPU", "FSIZE", "NPROC", "CORE"],
         "environment": sorted(scrubbed_env()),
     }
-
-
-# --- uids and cgroups ------------------------------------------------------------------------
-
-
-class _Uids:
-    """Per-run uids unique among the live sandboxes of this host: each is a file made with O_EXCL in a
-    root-only folder, holding the pid that owns it; one whose owner died is taken back."""
-
-    DIR = Path(tempfile.gettempdir()) / "composer-sandbox-uids"
-
-    @classmethod
-    def take(cls) -> int:
-        cls.DIR.mkdir(mode=0o700, exist_ok=True)
-        st = cls.DIR.lstat()
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise SandboxError(f"{cls.DIR} must be a folder of uid {os.geteuid()} with mode 0700")
-        first = random.randrange(UID_SPAN)
-        for i in range(UID_SPAN):
-            uid = UID_BASE + (first + i) % UID_SPAN
-            path = cls.DIR / str(uid)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                if cls._stale(path):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            return uid
-        raise SandboxError("no free sandbox uid")
-
-    @staticmethod
-    def _stale(path: Path) -> bool:
-        try:
-            os.kill(int(path.read_text() or 0), 0)
-            return False
-        except (ProcessLookupError, ValueError):
-            return True
-        except (OSError, PermissionError):
-            return False
-
-    @classmethod
-    def give_back(cls, uid: int) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (cls.DIR / str(uid)).unlink()
-
-
-@functools.cache
-def _memory_cgroup() -> tuple[Path, str] | None:
-    """(folder under which a sandbox can make its own memory cgroup, "v2" or "v1"), or None."""
-    if sys.platform != "linux" or os.geteuid() != 0:
-        return None
-    try:
-        own = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
-        mounts = [line.split(" - ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    except OSError:
-        return None
-    found = []
-    for head, tail in mounts:
-        fstype, _, options = tail.split()[:3]
-        point = head.split()[4]
-        if fstype == "cgroup2" and "" in own:
-            found.append((Path(point + own[""]), "v2", "memory.max"))
-        elif fstype == "cgroup" and "memory" in options.split(","):
-            key = next((k for k in own if "memory" in k.split(",")), None)
-            if key is not None:
-                found.append((Path(point + own[key]), "v1", "memory.limit_in_bytes"))
-    for base, version, limit in sorted(found, key=lambda f: f[1] != "v2"):
-        probe = base / f"composer-probe-{os.getpid()}"
-        try:
-            probe.mkdir()
-        except OSError:
-            continue
-        try:
-            (probe / limit).write_text(str(64 * 2**20))
-            return base, version
-        except OSError:
-            continue
-        finally:
-            with contextlib.suppress(OSError):
-                probe.rmdir()
-    return None
-
-
-class _Cgroup:
-    """A memory cgroup for one sandbox's process tree; the launcher joins it before anything runs."""
-
-    def __init__(self, name: str, memory_mb: int):
-        base, self.version = _memory_cgroup()
-        self.path = base / name
-        self.path.mkdir()
-        limit = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
-        (self.path / limit).write_text(str(memory_mb * 2**20))
-        if self.version == "v1":
-            with contextlib.suppress(OSError):  # no swap to escape into either (absent without swap accounting)
-                (self.path / "memory.memsw.limit_in_bytes").write_text(str(memory_mb * 2**20))
-
-    def join_argv(self) -> list[str]:
-        """Prefix that moves the launcher into the cgroup, then execs the rest (children inherit it)."""
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
-
-    def remove(self) -> None:
-        for _ in range(100):  # the namespace is dead by now; its last processes may still be exiting
-            with contextlib.suppress(OSError, ValueError):
-                for pid in (self.path / "cgroup.procs").read_text().split():
-                    os.kill(int(pid), signal.SIGKILL)
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.01)
-
-
-# --- running -------------------------------------------------------------------------------
-
-
-def _own_process_count() -> int:
-    uid = os.getuid()
-    return sum(1 for p in Path("/proc").glob("[0-9]*") if _owner(p) == uid)
-
-
-def _owner(p: Path) -> int | None:
-    try:
-        return p.stat().st_uid
-    except OSError:
-        return None
-
-
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    # lchown and no symlink following: a link to /etc/passwd must not hand /etc/passwd over. Files
-    # with other hard links are skipped for the same reason (the link could point at a host file).
-    os.lchown(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            if name in filenames and st.st_nlink > 1 and not os.path.islink(p):
-                continue
-            os.lchown(p, uid, gid)
-
-
-def _readable_tree(root: Path) -> None:
-    """Let every user read the tree's files and enter its folders (a grading copy, read-only to its run)."""
-    for dirpath, _, filenames in os.walk(root, followlinks=False):
-        for p, bits in ((dirpath, 0o555), *((os.path.join(dirpath, f), 0o444) for f in filenames)):
-            st = os.lstat(p)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & bits != bits:
-                os.chmod(p, stat.S_IMODE(st.st_mode) | bits)
-
-
-def _tree_size(root: Path, max_files: int) -> tuple[int, int]:
-    """(bytes on disk, entries) under root, without following links; stops counting past max_files."""
-    size = count = 0
-    stack = [str(root)]
-    while stack and count <= max_files:
-        with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
-            for entry in it:
-                count += 1
-                with contextlib.suppress(OSError):
-                    size += entry.stat(follow_symlinks=False).st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-    return size, count
 
 
 class _Session:
@@ -513,15 +315,15 @@ class _Session:
             (plugin_dir / "empty.ini").write_text(EMPTY_INI)
             if self.mode == "root-ns":
                 os.chmod(self.dir, 0o755)
-                self.uid = _Uids.take()
+                self.uid = Uids.take()
                 st = self.repo.stat()
                 self.owner = (st.st_uid, st.st_gid)
                 if self.writable:
-                    _chown_tree(self.repo, self.uid, self.uid)
+                    chown_tree(self.repo, self.uid, self.uid)
                 else:  # the run's uid, neither owner nor privileged, reads and enters it and writes nothing
-                    _readable_tree(self.repo)
-                if _memory_cgroup():
-                    self.cgroup = _Cgroup(f"composer-{self.uid}", self.limits.memory_mb)
+                    readable_tree(self.repo)
+                if memory_cgroup():
+                    self.cgroup = Cgroup(f"composer-{self.uid}", self.limits.memory_mb)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -531,12 +333,12 @@ class _Session:
         try:
             if self.uid is not None and self.writable:
                 with contextlib.suppress(FileNotFoundError):  # the repo may be gone already
-                    _chown_tree(self.repo, *self.owner)
+                    chown_tree(self.repo, *self.owner)
         finally:
             if self.cgroup is not None:
                 self.cgroup.remove()
             if self.uid is not None:
-                _Uids.give_back(self.uid)
+                Uids.give_back(self.uid)
             shutil.rmtree(self.dir, ignore_errors=True)
 
     @property
@@ -555,7 +357,7 @@ class _Session:
     def rlimits(self) -> list[tuple[str, int]]:
         """(resource name without RLIMIT_, value) for every rlimit a run gets."""
         lim = self.limits
-        nproc = lim.max_procs if self.mode == "root-ns" else _own_process_count() + lim.max_procs
+        nproc = lim.max_procs if self.mode == "root-ns" else own_process_count() + lim.max_procs
         return [("AS", lim.memory_mb * 2**20), ("CPU", lim.cpu_s or int(lim.timeout_s) + 1),
                 ("FSIZE", FILE_LIMIT_MB * 2**20), ("NPROC", nproc), ("CORE", 0)]
 
@@ -579,7 +381,7 @@ class _Session:
 
     def over_disk(self) -> str | None:
         """Why the repository copy is over its limits, or None."""
-        size, count = _tree_size(self.repo, self.limits.max_files)
+        size, count = tree_size(self.repo, self.limits.max_files)
         if count > self.limits.max_files:
             return f"more than {self.limits.max_files} files in the repository"
         if size > self.limits.disk_mb * 2**20:
@@ -819,19 +621,6 @@ def _forked(s: "_Session", args: list[str], extra: dict) -> tuple[int, str, bool
         report.close()
 
 
-def read_regular(path: Path, limit: int) -> bytes | None:
-    """Up to `limit` bytes of path if it is a regular file (no symlink, FIFO or device followed), else None.
-    The trusted side reads files that run code could have replaced with a FIFO (which would block forever)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return f.read(limit)
-
-
 def config_file(repo: Path, plugin_dir: Path) -> Path:
     """The configuration file pytest would take in the repository root (its rules, root only), else an empty one."""
     for name, section in CONFIG_FILES:
@@ -926,454 +715,3 @@ def _parse_report(data: bytes, token: str) -> tuple[dict[str, bool], bool, dict]
         if when == "call":
             called[nodeid] = outcome == "passed" or (outcome == "skipped" and xfail)
     return {n: ok and n not in failed for n, ok in called.items()}, finished, properties
-
-
-# --- the warm worker -----------------------------------------------------------------------
-
-# The worker's server: init (pid 1) of its own PID namespace, inside the same sandbox as a cold run. It
-# imports pytest once, then per request forks a child that runs pytest.main in the repo and exits. The child
-# starts from a process that never imported a module of the repo, so the task's code is imported fresh
-# every run (and no .pyc is ever written: PYTHONDONTWRITEBYTECODE). After each child, SIGKILL to -1 (from
-# a namespace's init: every other process of the namespace) and reaping leave nothing running between runs.
-ZYGOTE = r"""
-import ctypes, gc, importlib, json, os, random, signal, sys, tempfile, time, traceback
-PR_SET_DUMPABLE = 4
-prctl = ctypes.CDLL(None, use_errno=True).prctl
-# Not dumpable: a run (same uid) can then neither ptrace this process nor read its /proc/1/mem or fds, so
-# it cannot take over the server that kills it; it cannot signal it either (init of its namespace).
-if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-    sys.exit("cannot make the server undumpable")
-del sys.path[0]  # the repo: preload only the host's pytest, never a module of the repo
-import pytest
-from _pytest.config import default_plugins
-# What pytest.main would otherwise import on every run: once here instead.
-for name in [*("_pytest." + p for p in default_plugins), "_pytest._argcomplete", "faulthandler", "pdb", "tomllib"]:
-    try:
-        importlib.import_module(name)
-    except Exception:
-        pass
-replies = os.fdopen(int(sys.argv[1]), "w")
-
-
-def reap_all():
-    while True:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            return
-        time.sleep(0.001)  # a child is still dying (or was forked during the kill): kill again
-
-
-def child(request):
-    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a cold run is
-    os.close(replies.fileno())
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.environ.update(request["env"])
-    os.makedirs(os.environ["HOME"], exist_ok=True)  # a fresh HOME and TMPDIR per run
-    tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
-    random.seed()
-    importlib.invalidate_caches()
-    sys.path.insert(0, os.getcwd())  # what `python -m pytest` puts first
-    sys.argv = [pytest.__file__, *request["args"]]
-    try:
-        rc = int(pytest.main(request["args"]))
-    except BaseException:
-        traceback.print_exc()
-        rc = 3
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
-
-
-gc.freeze()  # the preloaded heap: out of every child's gc.collect (pytest runs it at exit) and its copy-on-write
-here = os.path.realpath(os.getcwd()) + os.sep
-inside = [n for n, m in list(sys.modules.items()) if os.path.realpath(getattr(m, "__file__", None) or "/").startswith(here)]
-replies.write(json.dumps({"ready": sorted({m.split(".")[0] for m in sys.modules}), "inside": sorted(inside)}) + "\n")
-replies.flush()
-while line := sys.stdin.readline():
-    pid = os.fork()
-    if pid == 0:
-        child(json.loads(line))
-    status = os.waitpid(pid, 0)[1]
-    reap_all()
-    replies.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
-    replies.flush()
-"""
-
-
-class _WorkerDied(Exception):
-    """The server did not start, or died between runs."""
-
-
-class _Server:
-    """The running server process of a PytestWorker, and the session (scratch folder, uid) it runs in."""
-
-    def __init__(self, session: "_Session", start_timeout_s: float):
-        self.session = session
-        self.report = _Report()  # one pipe for the server's life: each run's lines carry that run's token
-        self.report_fd = self.report.write_fd  # its number in the server (pass_fds keeps numbers)
-        read, write = os.pipe()
-        argv, preexec = session.command(["-c", ZYGOTE, str(write)])
-        try:
-            self.proc = subprocess.Popen(
-                argv, cwd=session.repo, env=session.pytest_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write, self.report_fd),
-                preexec_fn=preexec)
-        except BaseException:
-            os.close(read)
-            self.report.close()
-            raise
-        finally:
-            os.close(write)
-            self.report.close_write()
-        self.replies, self.pending, self.init, self.cut = read, b"", None, None
-        out = _Output(4000)
-        ready = self.reply(out, time.monotonic() + start_timeout_s)
-        if ready is None or "ready" not in ready:
-            self.close()
-            raise _WorkerDied(f"the pytest worker did not start: {out.text().strip()[-2000:]!r}")
-        self.preloaded = frozenset(ready["ready"])
-        self.inside = list(ready.get("inside", []))  # preloaded from the repo itself (e.g. an editable install)
-        self.init = _child_pidfd(self.proc.pid)  # the server itself, under the launcher: what close() kills first
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def reply(self, out: _Output, deadline: float) -> dict | None:
-        """The next reply line, while collecting the output into `out` and the plugin's lines into `report`; None
-        at the deadline, when the repository passes its size limits (`cut` says which), or when it died."""
-        def got(chunk):
-            self.pending += chunk
-
-        output = {self.proc.stdout.fileno(): out.add, self.report.read_fd: self.report.add}
-        self.cut = _pump({**output, self.replies: got}, deadline, self.session, done=lambda: b"\n" in self.pending)
-        if b"\n" not in self.pending:
-            return None
-        _drain(output)  # the child has exited: what it wrote is all in the pipes by now
-        line, self.pending = self.pending.split(b"\n", 1)
-        try:
-            return dict(json.loads(line))
-        except (ValueError, TypeError):  # not what the server writes: treat it as dead
-            return None
-
-    def request(self, args: list[str], env: dict) -> None:
-        try:
-            self.proc.stdin.write((json.dumps({"args": args, "env": env}) + "\n").encode())
-            self.proc.stdin.flush()
-        except OSError as e:  # BrokenPipeError: it died since the last run
-            raise _WorkerDied(str(e)) from None
-
-    def close(self) -> None:
-        """Kill it and wait until its PID namespace is empty; close the pipes; the session stays open."""
-        # The server first: unshare reaps it and exits, and a namespace's init is reapable only once every
-        # other process of the namespace is gone, so unshare's exit means nothing of the run is left.
-        # (Killing unshare first would leave the dying server to the host's init, gone "soon".)
-        if self.init is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.init, signal.SIGKILL)
-            os.close(self.init)
-            self.init = None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        _kill_group(self.proc.pid)
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                f.close()
-        with contextlib.suppress(OSError):
-            os.close(self.replies)
-        self.report.close()
-
-
-def _child_pidfd(pid: int) -> int | None:
-    """A pidfd (immune to pid reuse) of the end of `pid`'s chain of only children (the launchers' last: the
-    server, which has no child yet), None when that cannot be had."""
-    try:
-        leaf = None
-        while len(children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split()) == 1:
-            leaf = pid = int(children[0])
-        return os.pidfd_open(leaf) if leaf is not None else None
-    except (OSError, ValueError, AttributeError):  # no such file, gone, or no pidfd_open on this OS
-        return None
-
-
-class _WorkerState:
-    """What a PytestWorker holds outside itself, so a finalizer can release it without the worker."""
-
-    def __init__(self):
-        self.session: _Session | None = None
-        self.server: _Server | None = None
-
-    def stop_server(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-
-    def close(self) -> None:
-        self.stop_server()
-        if self.session is not None:
-            with contextlib.suppress(OSError):  # the repo may be gone already
-                self.session.__exit__(None, None, None)
-            self.session = None
-
-
-class PytestWorker:
-    """A warm pytest for one repo copy (one episode): run_pytest's results without its start-up cost.
-
-        worker = sandbox.PytestWorker(repo, timeout_s=20)
-        run = worker.run(["tests/test_ops.py::test_mean_1"])  # a TestRun, exactly as run_pytest returns
-        worker.pid            # the server's pid while it runs (None before the first run and after close)
-        worker.fallback       # None, or why runs go through cold run_pytest instead
-        worker.close()        # also on garbage collection; `with sandbox.PytestWorker(repo) as w:` works
-
-    The first run starts a server in the same sandbox as a cold run (namespaces, own uid, memory cgroup,
-    rlimits, scrubbed environment: see the module docstring), which imports pytest once. Each run
-    forks a child of it that runs pytest on the ids, so the repo's own modules are imported afresh
-    and edits between runs are seen. Every limit holds per run: the child inherits the rlimits (its
-    CPU time starts at zero), its output is read and cut as in a cold run, and when it ends every other
-    process of the namespace is killed. A run that passes the wall-clock timeout (or the repository's size
-    limits) kills the whole server (reported as a cold run reports it); the next run starts a new one.
-    Differences from run_pytest: one uid, cgroup and private /tmp for the worker's life (each run gets a
-    fresh HOME/TMPDIR inside it, but /tmp and the repo keep what runs wrote, as with successive cold runs),
-    and the repo stays handed to that uid until close. A run cannot signal the server (init of its
-    namespace) nor, in "root-ns" mode, ptrace it or read its memory (it is undumpable); in "user-ns" mode
-    a run holds every capability of its user namespace and could. A run can leave files (a conftest.py)
-    in its repo that alter the next runs there, as with cold runs: grading never uses a worker.
-
-    Falls back to cold run_pytest (and says why in `fallback`) where the server cannot work: in
-    "plain" isolation mode (no PID namespace, so nothing contains the per-run kill), when it does not
-    start, or when the server preloaded a module of the repo (a top-level module of the same name, or
-    one loaded from the repo's files, e.g. pytest-dev/pytest installed in editable mode): a child
-    would run against that stale copy.
-    One run at a time per worker (a lock), one worker per repo copy, like run_pytest.
-    """
-
-    def __init__(self, repo_dir: Path, *, start_timeout_s: float = 30.0, **limits):
-        self.repo = Path(repo_dir).resolve()
-        if not self.repo.is_dir():
-            raise SandboxError(f"not a directory: {repo_dir}")
-        self.limits = Limits(**limits)
-        self.start_timeout_s = start_timeout_s
-        self.fallback = None if _mode() != "plain" else "plain isolation mode: no PID namespace to contain a run"
-        self.starts = 0  # servers started so far (a timeout costs a restart)
-        self._runs = itertools.count()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._state = _WorkerState()
-        self._finalizer = weakref.finalize(self, self._state.close)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    @property
-    def pid(self) -> int | None:
-        server = self._state.server
-        return server.proc.pid if server is not None and server.alive() else None
-
-    def run(self, test_ids: list[str]) -> TestRun:
-        """pytest on `test_ids` (all collected tests when empty), as run_pytest(repo, test_ids, **limits)."""
-        if not isinstance(test_ids, (list, tuple)) or not all(isinstance(t, str) for t in test_ids):
-            raise SandboxError(f"test_ids must be a list of strings, got {test_ids!r}")
-        with self._lock:
-            if self._closed:
-                raise SandboxError("this PytestWorker is closed")
-            if self.fallback is None:
-                try:
-                    return self._warm(list(test_ids))
-                except _WorkerDied as e:  # a server that will not start: no point trying again each run
-                    self._go_cold(str(e))
-            return run_pytest(self.repo, list(test_ids), **vars(self.limits))
-
-    def close(self) -> None:
-        """Kill the server and hand the repo back to its owner; idempotent."""
-        with self._lock:
-            self._closed = True
-            self._finalizer()
-
-    # --- internals ---
-
-    def _go_cold(self, why: str) -> None:
-        self.fallback = why
-        self._state.close()  # hand the repo back before cold runs take it over
-
-    def _server(self) -> _Server:
-        state = self._state
-        if state.server is not None and not state.server.alive():
-            state.stop_server()
-        if state.server is None:
-            if state.session is None:
-                state.session = _Session(self.repo, self.limits).__enter__()
-            state.server = _Server(state.session, self.start_timeout_s)
-            self.starts += 1
-        return state.server
-
-    @staticmethod
-    def _shadowed(server: _Server, repo: Path) -> list[str]:
-        """Modules of the repo that the server has preloaded, so a child would not import them afresh: its
-        top-level modules and packages (first on sys.path in a cold run) and any preloaded from its files."""
-        return _shadows(repo, server.preloaded) + server.inside
-
-    def _warm(self, test_ids: list[str]) -> TestRun:
-        server = self._server()
-        clash = self._shadowed(server, self.repo)
-        if clash:
-            raise _WorkerDied(f"the worker preloaded modules that the repo has: {', '.join(clash[:5])}")
-        session = server.session
-        inside = "/tmp" if session.mode == "root-ns" else str(session.dir / "home")
-        home = f"{inside}/run-{next(self._runs)}"
-        if session.uid is not None:  # files the host wrote since the last run (the tools' edits) go to the run's uid
-            _chown_tree(self.repo, session.uid, session.uid)
-        env = {"HOME": home, "TMPDIR": home, "COMPOSER_SANDBOX_REPORT_FD": str(server.report_fd)}
-        try:
-            return _pytest_once(self.repo, test_ids, self.limits.timeout_s, session.plugin_dir,
-                                lambda args, extra: self._exchange(server, args, {**extra, **env}))
-        finally:
-            if session.mode != "root-ns":  # in "root-ns" it is in the private /tmp, gone with the server
-                shutil.rmtree(home, ignore_errors=True)
-
-    def _exchange(self, server: _Server, args: list[str], env: dict) -> tuple[int, str, bool, bytes]:
-        deadline = time.monotonic() + self.limits.timeout_s
-        try:
-            server.request(args, env)
-        except _WorkerDied:  # it died since the last run (it checked alive just now: a rare race)
-            self._state.stop_server()
-            return -signal.SIGKILL, "[sandbox: the pytest worker died before the run; it restarts]\n", False, b""
-        out = _Output(self.limits.max_output)
-        try:
-            reply = server.reply(out, deadline)
-        except BaseException:  # e.g. KeyboardInterrupt: its late reply must not pass for the next run's
-            self._state.stop_server()
-            raise
-        report = server.report.take()
-        if reply is not None and type(reply.get("rc")) is int:
-            return reply["rc"], out.text(), False, report
-        why = server.cut
-        self._state.stop_server()  # hung, too big, or died: its whole namespace goes; the next run starts a new one
-        rc = -signal.SIGKILL if why else server.proc.returncode
-        note = _cut_note(why, self.limits.timeout_s) if why else f"\n[sandbox: the pytest worker died ({rc})]\n"
-        return rc, out.text() + note, why == "timeout", report
-# --- paths and patches ---------------------------------------------------------------------
-
-
-def safe_path(root: Path, rel: str) -> Path:
-    """The resolved path of `rel` inside `root`; SandboxError if it is absolute or escapes it."""
-    if not isinstance(rel, str) or "\0" in rel:
-        raise SandboxError(f"bad path: {rel!r}")
-    if os.path.isabs(rel) or rel.startswith("~"):
-        raise SandboxError(f"absolute path not allowed: {rel!r}")
-    base = Path(root).resolve()
-    path = (base / rel).resolve()  # follows symlinks, so a link pointing outside is caught here
-    if path != base and base not in path.parents:
-        raise SandboxError(f"path escapes the repository: {rel!r}")
-    return path
-
-
-_HEADER = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")
-
-
-def diff_paths(diff: str) -> list[str]:
-    """Every repo-relative path a diff names (after -p1), deletions and renames included."""
-    paths = []
-    for line in diff.splitlines():
-        m = _HEADER.match(line)
-        if not m:
-            continue
-        name = m.group(1).split("\t")[0].strip()
-        if name == "/dev/null":
-            continue
-        if line.startswith(("--- ", "+++ ")):
-            name = name.split("/", 1)[1] if "/" in name else name  # what patch -p1 strips
-        paths.append(name)
-    return list(dict.fromkeys(paths))
-
-
-_BAD_NAME = re.compile(r'["\\\x00-\x1f\x7f]')
-
-
-def _saved(repo: Path, paths: list[str]) -> dict:
-    """What each path is now, to put back if a patch fails half-way: (mode, bytes) of a file, else None."""
-    saved = {}
-    for p in paths:
-        target = repo / p
-        st = os.lstat(target) if os.path.lexists(target) else None
-        saved[p] = (stat.S_IMODE(st.st_mode), target.read_bytes()) if st and stat.S_ISREG(st.st_mode) else None
-    return saved
-
-
-def _restore(repo: Path, saved: dict, dirs_before: set[str]) -> None:
-    for p, state in saved.items():
-        target = repo / p
-        if os.path.lexists(target) and not os.path.isdir(target) or os.path.islink(target):
-            os.unlink(target)
-        if state is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(state[1])
-            os.chmod(target, state[0])
-    for dirpath, _, _ in sorted(os.walk(repo), key=lambda d: -len(d[0])):  # folders the patch made, if now empty
-        if os.path.relpath(dirpath, repo) not in dirs_before:
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
-
-
-def _patch_tool() -> str:
-    return "patch" if shutil.which("patch") else "git"
-
-
-def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
-    """Apply a unified diff (git-style or plain, -p1) atomically; returns the files it touches.
-
-    Every named path must stay inside repo_dir (no '..', no absolute path, no symlink that
-    leads out) and be a plain name (no quotes, backslashes or control characters, which git writes for
-    names that are not plain text); the result must be regular files (no symlink, no device). A diff that
-    fails any of this, or does not apply cleanly, changes nothing and raises PatchError."""
-    if not diff.strip():
-        raise PatchError("empty diff")
-    repo = Path(repo_dir).resolve()
-    paths = diff_paths(diff)
-    if not paths:
-        raise PatchError("no file headers (---/+++) found in the diff")
-    for p in paths:
-        if _BAD_NAME.search(p):
-            raise PatchError(f"unsupported file name in the diff (quotes, backslashes or control characters): {p!r}")
-        if ".." in Path(p).parts:
-            raise PatchError(f"diff path escapes the repository: {p!r}")
-        try:
-            safe_path(repo, p)
-        except SandboxError as e:
-            raise PatchError(str(e)) from None
-    if not diff.endswith("\n"):
-        diff += "\n"
-    if _patch_tool() == "patch":  # patch is not atomic across files: dry-run first
-        base = ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "-d", str(repo)]
-        steps = [base + ["--dry-run"], base]
-        env = None
-    else:  # git apply is atomic; the ceiling keeps it from using an enclosing repository's root
-        steps = [["git", "apply", "--whitespace=nowarn", "-p1"]]
-        env = {**scrubbed_env(), "GIT_CEILING_DIRECTORIES": str(repo.parent)}
-    saved = _saved(repo, paths)
-    dirs_before = {os.path.relpath(d, repo) for d, _, _ in os.walk(repo)}
-    try:
-        for cmd in steps:
-            try:
-                r = subprocess.run(cmd, cwd=repo, input=diff, text=True, capture_output=True, timeout=60, env=env)
-            except subprocess.TimeoutExpired:
-                raise PatchError(f"{cmd[0]} timed out") from None
-            if r.returncode != 0:
-                raise PatchError(f"{cmd[0]} failed ({r.returncode}): {(r.stdout + r.stderr).strip()[:4000]}")
-        for p in paths:
-            st = os.lstat(repo / p) if os.path.lexists(repo / p) else None
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                raise PatchError(f"{p}: the diff makes it something other than a regular file (a symlink?)")
-    except BaseException:
-        _restore(repo, saved, dirs_before)
-        raise
-    return sorted(paths)

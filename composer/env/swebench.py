@@ -43,7 +43,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from composer.env import canaries, container, grading, probes, sandbox, tampering, tasks
+from composer.env import canaries, container, grading, patches, probes, sandbox, tampering, tasks
 from composer.paths import ROOT
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
@@ -217,7 +217,7 @@ def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tamp
               "tampering": {"reset": [], "flagged": [], "forged": []}}
     if not (pred["model_patch"] or "").strip():
         return report
-    patch, reset = grading.source_only(pred["model_patch"], frozenset(sandbox.diff_paths(instance["test_patch"])))
+    patch, reset = grading.source_only(pred["model_patch"], frozenset(patches.diff_paths(instance["test_patch"])))
     if not reset and not patch.strip():  # no file in it at all: not a diff, an error instance as in the harness
         patch = pred["model_patch"]
     report["tampering"]["reset"] = reset
@@ -235,14 +235,14 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
         try:
             repo = tasks.materialize(instance, Path(tmp) / "repo", with_tests=False)
             known = grading.defined_classes(repo)
-            changed = sandbox.diff_paths(patch) if patch.strip() else []
+            changed = patches.diff_paths(patch) if patch.strip() else []
             before = {p: _text(repo, p) for p in changed}
             if patch.strip():
-                sandbox.apply_unified_diff(repo, patch)
+                patches.apply_unified_diff(repo, patch)
             report["patch_successfully_applied"] = True
             report["tampering"]["flagged"] = tampering.scan(before, {p: _text(repo, p) for p in changed})
-            sandbox.apply_unified_diff(repo, instance["test_patch"])
-        except (ValueError, sandbox.SandboxError) as e:
+            patches.apply_unified_diff(repo, instance["test_patch"])
+        except (ValueError, patches.SandboxError) as e:
             report["error"] = str(e)
             return report
         if report["tampering"]["flagged"] and flag_tampering:
@@ -272,7 +272,7 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
 
 def _text(repo: Path, rel: str) -> bytes | None:
     """A file's bytes for the tampering scan (None: absent or not a regular file)."""
-    return sandbox.read_regular(sandbox.safe_path(repo, rel), 8 << 20)
+    return patches.read_regular(patches.safe_path(repo, rel), 8 << 20)
 
 
 def _summary(preds: dict, dataset_ids: list[str], reports: dict, run_id: str) -> dict:

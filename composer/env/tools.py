@@ -11,7 +11,7 @@
 
 Each tool takes the repository root first and raises ToolError with a message written for the
 model (bad path, binary file, oversized edit, bad regex...); composer.env.environment turns it
-into an error observation. Every path goes through sandbox.safe_path, so no tool reads or
+into an error observation. Every path goes through patches.safe_path, so no tool reads or
 writes outside the root, through symlinks included. Text means UTF-8 without NUL bytes: other
 files are "binary" and refused, and so is such content in an edit. Lines are split on "\\n" only,
 so view's numbers are edit's numbers, whatever other separators (\\r, \\f) a line holds.
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import re2
 
-from composer.env import sandbox
+from composer.env import patches
 from composer.files import write_atomic
 
 MAX_FILE_BYTES = 1_000_000
@@ -48,8 +48,8 @@ class ToolError(Exception):
 
 def _resolve(root: Path, rel) -> Path:
     try:
-        return sandbox.safe_path(root, rel)
-    except sandbox.SandboxError as e:
+        return patches.safe_path(root, rel)
+    except patches.SandboxError as e:
         raise ToolError(str(e)) from None
     except UnicodeEncodeError:  # a lone surrogate (JSON "\\ud800") names no file
         raise ToolError(f"bad path: {rel!r}") from None
@@ -74,7 +74,7 @@ def _read_text(root: Path, rel: str) -> tuple[Path, str]:
         raise ToolError(f"{rel} is a directory (use list_files)")
     if not path.is_file():
         raise ToolError(f"{rel}: no such file")
-    data = sandbox.read_regular(path, MAX_FILE_BYTES + 1)
+    data = patches.read_regular(path, MAX_FILE_BYTES + 1)
     if data is None:
         raise ToolError(f"{rel} is not a regular file")
     if len(data) > MAX_FILE_BYTES:
@@ -163,7 +163,7 @@ def search(root: Path, pattern: str, path: str = ".", *, max_matches: int = 50, 
     deadline = time.monotonic() + timeout_s
     hits = []
     for f in _files(base):
-        data = sandbox.read_regular(f, MAX_FILE_BYTES + 1)
+        data = patches.read_regular(f, MAX_FILE_BYTES + 1)
         if data is None or len(data) > MAX_FILE_BYTES:
             continue
         try:
@@ -224,8 +224,8 @@ def edit(root: Path, path: str, start: int, end: int, new_text: str, *, max_byte
 def apply_patch(root: Path, diff: str, *, max_bytes: int) -> list[str]:
     _check_text(diff, "the diff", max_bytes)
     try:
-        return sandbox.apply_unified_diff(root, diff)
-    except sandbox.SandboxError as e:
+        return patches.apply_unified_diff(root, diff)
+    except patches.SandboxError as e:
         raise ToolError(str(e)) from None
 
 
@@ -235,7 +235,7 @@ def apply_patch(root: Path, diff: str, *, max_bytes: int) -> list[str]:
 def snapshot(root: Path) -> dict[str, bytes]:
     """{relative path: content} of the regular files under root, up to MAX_FILE_BYTES each."""
     root = Path(root).resolve()
-    files = {_rel(root, f): sandbox.read_regular(f, MAX_FILE_BYTES + 1) for f in _files(root)}
+    files = {_rel(root, f): patches.read_regular(f, MAX_FILE_BYTES + 1) for f in _files(root)}
     return {rel: data for rel, data in files.items() if data is not None and len(data) <= MAX_FILE_BYTES}
 
 
@@ -255,7 +255,7 @@ def repo_diff(before: dict[str, bytes], root: Path, *, exclude=frozenset()) -> t
         rel = _rel(root, f)
         if rel in exclude:
             continue
-        data = sandbox.read_regular(f, MAX_FILE_BYTES + 1)
+        data = patches.read_regular(f, MAX_FILE_BYTES + 1)
         if data is None or len(data) > MAX_FILE_BYTES:
             left_out.append(rel)
         else:

@@ -1,0 +1,109 @@
+"""composer.ab_inputs: what 004's plan is made from (the student and its splits, the pairs datasets, the screened
+train tasks), prepared once per run folder, and arms.plan_from_parameters, which makes the Plan from them.
+
+    .venv/bin/pytest -q tests/test_ab_inputs.py
+"""
+
+import json
+import os
+
+import pytest
+from test_arms import _parameters
+
+from composer import ab_inputs, arms, pairs, zoo
+from composer.env.environment import EnvConfig
+from composer.paths import ROOT
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def test_the_plan_is_made_from_the_parameters_and_the_inputs_alone(tmp_path):
+    """plan_from_parameters loads no model and reads no file: a student and pairs paths that do not exist do."""
+    inputs = ab_inputs.Inputs(
+        student=str(tmp_path / "no-student"), profile=None, train=[{"instance_id": f"t{i}"} for i in range(4)],
+        test=[{"instance_id": "held-out"}], env=EnvConfig(max_steps=3), max_new_tokens=77,
+        pairs={"pairs": {"path": str(tmp_path / "no-pairs"), "rows": 5, "skipped": 0}}, pairs_source="made up",
+        oracle=False, screened=None)
+    parameters = _parameters(arms={"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"}}, seeds=2)
+    plan = arms.plan_from_parameters(parameters, inputs)
+    assert (plan.student, plan.train, plan.test, plan.env) == (inputs.student, inputs.train, inputs.test, inputs.env)
+    assert plan.pairs == {"pairs": str(tmp_path / "no-pairs")} and plan.seeds == 2 and plan.arms == parameters["arms"]
+    assert plan.evaluation["max_new_tokens"] == 77 and plan.grpo["steps"] == parameters["steps"]
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="needs 'pairs', one of \\['pairs'\\]; got 'expert'"):
+        arms.plan_from_parameters({**parameters, "arms": {"B+": {"trace_replay_weight": 0.5, "pairs": "expert"}}},
+                                  inputs)
+
+
+def test_prepare_pairs_builds_once_per_source_and_student(tmp_path, monkeypatch):
+    made = []
+
+    def add_reference_logps(dataset, student):
+        return dataset.add_column("ref_chosen_logps", [-1.0]).add_column("ref_rejected_logps", [-2.0]), 0
+
+    monkeypatch.setattr(pairs, "add_reference_logps", add_reference_logps)
+
+    def make():
+        made.append(1)
+        return pairs.to_dataset([{"pair_id": "p", "task_id": "train-0", "prompt": [{"role": "user", "content": "x"}],
+                                  "chosen": "a", "rejected": "b", "margin": 1.0}])
+
+    first = ab_inputs.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-1", source_key="k")
+    again = ab_inputs.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-1", source_key="k")
+    assert first == again and made == [1] and first["rows"] == 1 and first["skipped"] == 0
+    assert pairs.load(first["path"])["ref_chosen_logps"] == [-1.0]
+    other = ab_inputs.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-2", source_key="k")
+    assert other["path"] != first["path"] and made == [1, 1]
+
+
+def test_a_student_from_outside_the_zoo_needs_its_tasks_and_budget_named(tmp_path):
+    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-8B' is no zoo student, so no zoo profile supplies "
+                                         r"\['train_tasks', 'test_tasks', 'max_new_tokens'\]: set them"):
+        ab_inputs.prepare(_parameters(student="Qwen/Qwen3-8B"), tmp_path)
+    with pytest.raises(FileNotFoundError, match="no-such-tasks.jsonl: no such file"):
+        ab_inputs.prepare(_parameters(student="Qwen/Qwen3-8B", train_tasks="no-such-tasks.jsonl",
+                                              test_tasks="lite:test", max_new_tokens=64), tmp_path)
+    record = json.loads((ROOT / "data/swebench-lite/marshmallow-code__marshmallow-1343.json").read_text())
+    (tmp_path / "gone.json").write_text(json.dumps({**record, "image": "localhost/composer-no-such-image:latest"}))
+    with pytest.raises(RuntimeError, match="1 of the real SWE-bench tasks cannot run here, e.g. marshmallow-code"):
+        ab_inputs.prepare(_parameters(student="Qwen/Qwen3-8B", train_tasks=str(tmp_path / "gone.json"),
+                                              test_tasks=str(tmp_path / "gone.json"), max_new_tokens=64), tmp_path)
+
+
+def test_prepare_refuses_pairs_from_test_tasks_and_an_unequal_control(tmp_path):
+    test_task = zoo.split_tasks(zoo.PROFILES["smoke"], "test")[0]["instance_id"]
+    row = {"pair_id": "p", "task_id": test_task, "prompt": [{"role": "user", "content": "x"}], "chosen": "a",
+           "rejected": "b", "margin": 1.0}
+    source = tmp_path / "003"
+    pairs.save(pairs.to_dataset([row]), source / "pairs")
+    pairs.save(pairs.to_dataset([row, {**row, "pair_id": "q"}]), source / "shuffled")
+    with pytest.raises(ValueError, match="as many pairs as B: 2 shuffled vs 1"):
+        ab_inputs.prepare(_parameters(pairs_dir=str(source)), tmp_path / "run")
+    pairs.save(pairs.to_dataset([row]), source / "shuffled")
+    with pytest.raises(ValueError, match="pairs come from test tasks"):
+        ab_inputs.prepare(_parameters(pairs_dir=str(source)), tmp_path / "run")
+
+
+def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_path, monkeypatch):
+    from composer import policies
+
+    calls = []
+
+    def evaluate(student, tasks, *, n, return_rollouts, **_):  # task i: i % 3 of n rollouts solved
+        calls.append(len(tasks))
+        runs = [(t["instance_id"], [], float(j < i % 3), {}) for i, t in enumerate(tasks) for j in range(n)]
+        return {}, runs
+
+    monkeypatch.setattr(policies, "evaluate", evaluate)
+    parameters = _parameters(arms={"A": {}}, screen_tasks=4, generations=2, steps=1, prompts_per_step=1)
+    inputs = ab_inputs.prepare(parameters, tmp_path)
+    train = zoo.split_tasks(zoo.PROFILES["smoke"], "train")
+    # successes 0, 1, 2, 0 of 2: only task 1 is strictly between
+    assert inputs.screened["successes"] == [0, 1, 2, 0] and [t["instance_id"] for t in inputs.train] == [
+        train[1]["instance_id"]]
+    assert [t["instance_id"] for t in arms.plan_from_parameters(parameters, inputs).train] == [train[1]["instance_id"]]
+    again = ab_inputs.prepare(parameters, tmp_path)
+    assert calls == [4] and again.train == inputs.train  # measured once, then read back
+    with pytest.raises(ValueError, match="1 of 4 screened train tasks .* a seed trains on 2: screen more"):
+        ab_inputs.prepare({**parameters, "prompts_per_step": 2}, tmp_path)
+    assert ab_inputs.prepare(_parameters(arms={"A": {}}), tmp_path).screened is None

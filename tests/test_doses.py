@@ -1,0 +1,73 @@
+"""Spike 004's doses: what a dose may change, their names, and the dose at which B is read.
+
+    .venv/bin/pytest tests/test_doses.py
+"""
+
+import pytest
+
+from composer import doses
+
+PARAMETERS = {"arms": {"A": {}, "B+": {"trace_replay_weight": 0.5, "pairs": "expert"}}, "steps": 2,
+              "prompts_per_step": 2, "learning_rate": 1e-4, "generations": 4,
+              "trainer_config": {"trace_replay_batch_size": 10, "gradient_checkpointing": False}}
+
+
+def test_a_dose_overrides_the_shared_budget_and_merges_trainer_config():
+    at = doses.apply(PARAMETERS, {"learning_rate": 1e-3, "trainer_config": {"trace_replay_batch_size": 20}})
+    assert at["learning_rate"] == 1e-3 and at["steps"] == 2 and at["arms"] == PARAMETERS["arms"]
+    assert at["trainer_config"] == {"trace_replay_batch_size": 20, "gradient_checkpointing": False}
+    assert PARAMETERS["learning_rate"] == 1e-4 and PARAMETERS["trainer_config"]["trace_replay_batch_size"] == 10
+    assert doses.apply(PARAMETERS, {}) == PARAMETERS
+
+
+@pytest.mark.parametrize("dose, match", [
+    ({"arms": {"B+": {"trace_replay_weight": 5.0}}}, r"\['arms'\] cannot be dosed"),  # B+'s alone
+    ({"generations": 8}, r"\['generations'\] cannot be dosed.*screening"),
+    ({"n_test": 80}, r"\['n_test'\] cannot be dosed"),
+    ({"trainer_config": {"trace_replay_weight": 2.0}}, r"\['trace_replay_weight'\] belong to the arms"),
+    ({"trainer_config": 3}, "trainer_config must be a dict"),
+])
+def test_a_dose_that_is_not_the_same_for_every_arm_is_refused(dose, match):
+    with pytest.raises(ValueError, match=match):
+        doses.apply(PARAMETERS, dose)
+
+
+def test_labels_name_only_what_differs_between_the_doses():
+    assert doses.labels(PARAMETERS, [{}, {"learning_rate": 3e-4}, {"learning_rate": 1e-3}]) == [
+        "learning_rate=0.0001", "learning_rate=0.0003", "learning_rate=0.001"]
+    assert doses.labels(PARAMETERS, [{}, {"steps": 4, "trainer_config": {"trace_replay_batch_size": 20}}]) == [
+        "steps=2, trace_replay_batch_size=10", "steps=4, trace_replay_batch_size=20"]
+    assert doses.labels(PARAMETERS, [{}]) == ["as set"]
+
+
+def test_b_is_read_at_the_first_dose_that_detects_the_positive_control():
+    def diff(low):
+        return {"estimate": low + 0.05, "low": low, "high": low + 0.1}
+
+    assert doses.read_at([diff(-0.02), diff(0.01), diff(0.03)]) == 1
+    assert doses.read_at([diff(0.0), diff(-0.01)]) is None  # an interval that reaches 0 detects nothing
+    assert doses.read_at([None, None]) is None  # no positive control
+
+
+def test_004_runs_every_dose_and_reads_b_where_the_rule_says(tmp_path):
+    """The notebook at smoke scale with two learning rates: the three probed arms at each dose (their own jobs), the
+    control only at the read dose, and metrics.dose_response with both comparisons per dose."""
+    from composer import report, run
+
+    slug = "004-ab-train-grpo-vs-trace-replay-dpo"
+    code = run.run(slug, overrides={"doses": [{}, {"learning_rate": 1e-3}], "run_dir": str(tmp_path / "run")},
+                   reports_dir=tmp_path)
+    assert code == 0
+    results = report.read_results(tmp_path / slug / "executed.ipynb")
+    response = results["metrics"]["dose_response"]
+    assert response["labels"] == ["learning_rate=1e-05", "learning_rate=0.001"]
+    assert [sorted(c) for c in response["comparisons"]] == [["B - A", "B+ - A", "dose"]] * 2
+    first = doses.read_at([c["B+ - A"] for c in response["comparisons"]])
+    assert response["first_detected"] == (response["labels"][first] if first is not None else None)
+    read = response["labels"].index(response["read_at"])
+    assert read == (first if first is not None else 1)
+    assert results["metrics"]["positive_control"]["diff"] == response["comparisons"][read]["B+ - A"]
+    trained = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "run" / "jobs").glob("train-*"))
+    seeds = results["params"]["seeds"]
+    assert trained == sorted([f"train-{arm}-s{s}" for arm in ("A", "B", "B+") for s in range(seeds)] * 2
+                             + [f"train-control-s{s}" for s in range(seeds)])
