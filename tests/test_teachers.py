@@ -133,15 +133,15 @@ def test_the_echoed_question_is_a_parse_failure(mode):
     """Offline the stand-in echoes the question: it must never parse as a distribution."""
     s = TeacherSpec(name="t", model="openai/gpt-5", mode=mode)
     with pytest.raises(ParseError):
-        actions.distribution_of(s, teachers.question(s), [{"logprob": -0.1}])
+        teachers.distribution_of(s, teachers.question(s), [{"logprob": -0.1}])
 
 
 def test_logprobs_distribution_is_the_sequence_probability():
     s = TeacherSpec(name="t", model="openai/gpt-5", mode="logprobs")
-    d = actions.distribution_of(s, "```bash\nls\n```", [{"logprob": -0.5}, {"logprob": -0.25}])
+    d = teachers.distribution_of(s, "```bash\nls\n```", [{"logprob": -0.5}, {"logprob": -0.25}])
     assert d == pytest.approx({"ls": math.exp(-0.75), OTHER: 1 - math.exp(-0.75)})
     with pytest.raises(ParseError, match="logprobs"):
-        actions.distribution_of(s, "```bash\nls\n```", None)
+        teachers.distribution_of(s, "```bash\nls\n```", None)
 
 
 # -------------------------------------------------------------------------------------------------------------
