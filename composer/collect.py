@@ -596,6 +596,7 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from composer import vllm_engine
     from composer.models import load_tokenizer
     from composer.trainer import ComposerConfig, ComposerTrainer
     from composer.turn_cache import with_turn_cache
@@ -624,12 +625,20 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
         extra["pairs_dataset"] = pairs_dataset
     if turn_cache:
         trainer_cls = with_turn_cache(trainer_cls)
+    cpu_vllm = settings.get("use_vllm") and vllm_engine.on_cpu()
+    if cpu_vllm:
+        if settings.get("vllm_mode", "colocate") != "colocate":
+            raise ValueError("vllm_mode='server' pushes weights over NCCL, which TRL's client refuses on CPU: on a CPU "
+                             "machine use vllm_mode='colocate'")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(vllm_engine.CPU_KVCACHE_GIB))
     trainer = trainer_cls(str(model_path), reward_funcs=[env_reward], args=args, train_dataset=dataset(instances),
                           processing_class=tokenizer,
                           environment_factory=recording_env_factory(env_config, call_timeout_s=call_timeout_s,
                                                                     faults=faults) if recording_env
                           else functools.partial(TRLCodingEnv, env_config), **extra)
     trainer.remove_callback(PrinterCallback)
+    if cpu_vllm:
+        vllm_engine.colocate_on_cpu(trainer)
     return trainer
 
 

