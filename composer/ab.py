@@ -65,6 +65,11 @@ def detected(diff: dict) -> bool:
     return diff["low"] > 0
 
 
+def interval_text(diff: dict) -> str:
+    """A difference (a CI dict) as the reports write it: "+0.013 [-0.044, +0.069]"."""
+    return f"{diff['estimate']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
+
+
 def read_after_positive_control(criterion: report.Criterion, positive: dict | None,
                                 label: str = "the positive control") -> report.Criterion:
     """The treatment's criterion, left undecided when the design did not detect the positive control (arm B+,
@@ -73,8 +78,7 @@ def read_after_positive_control(criterion: report.Criterion, positive: dict | No
     positive control in the design, the criterion as it is."""
     if positive is None or detected(positive):
         return criterion
-    interval = f"{positive['estimate']:+.3f} [{positive['low']:+.3f}, {positive['high']:+.3f}]"
-    return dataclasses.replace(criterion, undecided_why=f"the design did not detect {label} ({interval})")
+    return dataclasses.replace(criterion, undecided_why=f"the design did not detect {label} ({interval_text(positive)})")
 
 
 def zero_discordance_interval(n_cells: int, confidence: float = 0.95) -> stats.CI:

@@ -56,15 +56,13 @@ def measure(*, profile: str = "report", tasks: int = 40, batch: int = 16, engine
     spec = zoo.PROFILES[profile]
     records = zoo.split_tasks(spec, "test")[:tasks]
     path = zoo.model(profile, model)
-    if engine == "vllm":
-        names, first, second = ("lockstep", "vllm"), _run(path, records, spec, batch), _run(path, records, spec, None,
-                                                                                             "vllm")
-    else:
-        names, first, second = ("one_at_a_time", "lockstep"), _run(path, records, spec, 1), _run(path, records, spec,
-                                                                                                 batch)
+    ways = ({"lockstep": (batch, "transformers"), "vllm": (None, "vllm")} if engine == "vllm" else
+            {"one_at_a_time": (1, "transformers"), "lockstep": (batch, "transformers")})
+    runs = {name: _run(path, records, spec, *way) for name, way in ways.items()}
+    first, second = runs.values()
     same = sum(first["scores"][t] == second["scores"][t] for t in first["scores"]) / len(first["scores"])
     return {"speedup": first["wall_s"] / second["wall_s"], "same_scores": same, "profile": profile, "model": model,
-            "engine": engine, "tasks": len(records), names[0]: first, names[1]: second, **at_start}
+            "engine": engine, "tasks": len(records), **runs, **at_start}
 
 
 def main(argv=None) -> int:
