@@ -78,7 +78,8 @@ def read_after_positive_control(criterion: report.Criterion, positive: dict | No
     positive control in the design, the criterion as it is."""
     if positive is None or detected(positive):
         return criterion
-    return dataclasses.replace(criterion, undecided_why=f"the design did not detect {label} ({interval_text(positive)})")
+    why = f"the design did not detect {label} ({interval_text(positive)})"
+    return dataclasses.replace(criterion, undecided_why=why)
 
 
 def zero_discordance_interval(n_cells: int, confidence: float = 0.95) -> stats.CI:
