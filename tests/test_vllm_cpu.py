@@ -122,3 +122,12 @@ def test_bench_evaluation_measures_the_lockstep_loop_against_vllm(student, monke
     lockstep, vllm = result["lockstep"], result["vllm"]
     assert result["speedup"] == lockstep["wall_s"] / vllm["wall_s"] > 0 and result["same_scores"] == 1.0
     assert (lockstep["turns"], lockstep["scores"]) == (vllm["turns"], vllm["scores"]) and result["engine"] == "vllm"
+
+
+def test_the_engine_generates_in_the_checkpoints_own_dtype(student):
+    """vLLM's "auto" would run a float32 checkpoint in bf16 on CPU: the evaluation would then not be the transformers
+    one at every near-tie (the parity test above does not meet one on its few tasks)."""
+    import torch
+
+    path, _ = student
+    assert vllm_engine.load(path).llm.llm_engine.model_config.dtype == torch.float32
