@@ -192,7 +192,7 @@ def test_verifiers_reader_wrong_type(tmp_path, good_line):
 def test_verifiers_reader_missing_fields(tmp_path, good_line):
     row = json.loads(good_line)
     no_task = {k: v for k, v in row.items() if k != "task"}
-    with pytest.raises(traces.TraceError, match=rf":1: missing field: task"):
+    with pytest.raises(traces.TraceError, match=r":1: missing field: task"):
         prime.read_verifiers(_bad(tmp_path, [json.dumps(no_task)]))
     no_traces = {k: v for k, v in row.items() if k != "traces"}
     with pytest.raises(traces.TraceError, match=r":1: missing field: traces"):

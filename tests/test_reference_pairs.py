@@ -1,0 +1,75 @@
+"""composer.reference_pairs: pairs that do not come from teachers (the expert's next action for 004's positive
+control, oracle pairs from a task's fix) and the embedded traces.
+
+    .venv/bin/pytest tests/test_reference_pairs.py
+"""
+
+import json
+
+
+from composer import pairs, reference_pairs
+from composer.reference_pairs import embedded_traces, expert_pairs
+
+
+def test_embedded_traces():
+    records = embedded_traces(1, seed=0)
+    assert records and records[-1].done and records[-1].outcome["resolved"] in (True, False)
+    assert all(r.action.tool_call is not None and r.source == "composer-embedded" for r in records)
+    assert [r.step for r in records] == list(range(len(records)))
+    assert records[1].state.messages[-1]["role"] == "tool"
+
+
+def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
+    from composer import policies
+    from composer.env import tasks
+    from composer.env.environment import CodingEnv
+
+    instances = tasks.generate(2, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))
+    rows = reference_pairs.oracle_pairs(instances, seed=0)
+    assert [r["task_id"] for r in rows] == [r["instance_id"] for r in instances]
+    env = CodingEnv(instances, policies.ENV_CONFIG)
+    try:
+        for row, instance in zip(rows, instances):
+            assert row["chosen"] != row["rejected"] and row["rule"] == "oracle"
+            assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+            rewards = []
+            for text in (row["chosen"], row["rejected"]):
+                name, args = policies.parse_tool_call(text)
+                assert name == "edit" and list(args) == ["path", "new_text", "start", "end"]
+                env.reset(instance=instance)
+                env.call("edit", **args)
+                rewards.append(env.call("submit").reward)
+            assert rewards == [1.0, 0.0]  # the chosen edit solves the task, the rejected one does not
+    finally:
+        env.close()
+    swapped = pairs.shuffled_pairs(rows, seed=1)  # no teacher votes: the control still swaps
+    assert all({s["chosen"], s["rejected"]} == {r["chosen"], r["rejected"]} for s, r in zip(swapped, rows))
+
+
+def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
+    from composer import policies, zoo
+    from composer.env.environment import CodingEnv
+    from composer.models import load_model, load_tokenizer
+
+    profile = zoo.PROFILES["smoke"]
+    student, instances = zoo.model(profile, "student"), zoo.split_tasks(profile, "train")
+    rows = expert_pairs(instances, student, count=3, max_new_tokens=profile.max_new_tokens)
+    assert len(rows) == 3 and len({r["pair_id"] for r in rows}) == 3
+    model, tokenizer = load_model(student), load_tokenizer(student)
+    env = CodingEnv(instances, policies.ENV_CONFIG)
+    try:
+        for row in rows:
+            instance = next(i for i in instances if i["instance_id"] == row["task_id"])
+            messages, _, _ = policies.demonstrate(env, instance)
+            at = 2 + 2 * row["step"]  # system, user, then an assistant call and its tool result per step
+            calls = [(m["role"], m.get("tool_calls")) for m in pairs.prompt_messages(messages[:at])]
+            assert [(m["role"], m.get("tool_calls")) for m in row["prompt"]] == calls and row["rule"] == "expert"
+            expert = messages[at]["tool_calls"][0]["function"]
+            assert policies.parse_tool_call(row["chosen"]) == (expert["name"], json.loads(expert["arguments"]))
+            own = policies.next_turn(model, tokenizer, row["prompt"], max_new_tokens=profile.max_new_tokens)
+            assert row["rejected"] in (own, row["rejected_action"]) or policies.parse_tool_call(row["rejected"]) == \
+                policies.parse_tool_call(own)  # the student's own greedy action, parsed or as text
+            assert row["rejected_action"] != row["chosen_action"]
+    finally:
+        env.close()
+    assert len(expert_pairs(instances[:1], student, count=100, max_new_tokens=profile.max_new_tokens)) < 100
