@@ -36,6 +36,8 @@ so the outcomes are the one-process ones).
 """
 
 import dataclasses
+import fcntl
+import functools
 import itertools
 import json
 import multiprocessing
@@ -67,6 +69,7 @@ CHANNEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ComposerConfig
 GRPO_DEFAULTS = dict(steps=1, prompts_per_step=1, generations=2, max_completion_length=1024,
                      max_tool_calling_iterations=12, temperature=1.0, learning_rate=1e-5)
 EVAL_DEFAULTS = dict(k=1, temperature=0.0, max_new_tokens=160, seed=0)
+EXECUTORS = ("local", "slurm")
 # and "engine" (policies.ENGINES), named only for vLLM: a transformers evaluation keeps the key it had before
 EVAL_SETTINGS = {*EVAL_DEFAULTS, "engine"}
 
@@ -349,17 +352,39 @@ def read(folder: Path) -> dict:
     return json.loads((Path(folder) / "result.json").read_text(encoding="utf-8"))
 
 
+def _cluster_job(plan: Plan, jobs_dir: Path, threads: int, launch: list[str] | None, job: dict) -> None:
+    """One job on a SLURM node (composer.slurm): a local job's code, its result left in its folder."""
+    _run_job(plan, job, jobs_dir, True, threads, launch)
+
+
+def _stale(tmp: Path) -> bool:
+    """A job's temp folder that no live job is building: files.publish holds the job's lock while it builds (a job
+    on a cluster node included), so a lock this process can take belongs to nobody."""
+    name = tmp.name[1:].rsplit(".", 2)[0]  # .KEY.RANDOM.tmp
+    with open(tmp.parent / f".{name}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return True
+
+
 def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_only: bool = False,
-        launch: list[str] | None = None) -> dict:
+        launch: list[str] | None = None, executor: str = "local", slurm: dict | None = None) -> dict:
     """Do every job of the plan not finished yet (see the module docstring) and return every result:
     {"baseline": eval result, (arm, seed): {"train": ..., "eval": ..., "keys": (train key, eval key)}}
     (train_only: the trainings alone, e.g. for the benchmark). launch: a launcher's command line that each
     training runs under (accelerate launch ..., torchrun ...; see _launched). A failing job stops the run with its
-    name once the jobs already running have finished (their results are kept)."""
+    name once the jobs already running have finished (their results are kept). executor "slurm": every job is
+    submitted to SLURM instead (composer.slurm; `slurm`: its settings) and `workers` does not apply."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     jobs_dir = Path(run_dir) / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
-    for stale in jobs_dir.glob(".*.tmp"):  # a killed run's unfinished job
-        shutil.rmtree(stale, ignore_errors=True)
+    for tmp in jobs_dir.glob(".*.tmp"):  # a killed run's unfinished job
+        if _stale(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
     todo = [j for j in jobs(plan) if j["kind"] == "train" or not train_only]
     done = {j["key"]: read(jobs_dir / j["key"]) for j in todo if (jobs_dir / j["key"] / "result.json").is_file()}
     pending = [j for j in todo if j["key"] not in done]
@@ -371,7 +396,15 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
         return job.get("after") is None or job["after"] in done
 
     try:
-        if workers == 0:
+        if executor == "slurm":
+            from composer import slurm as cluster
+
+            threads = cluster.settings(slurm or {})["cpus_per_task"]
+            cluster.run(pending, functools.partial(_cluster_job, plan, jobs_dir, threads, launch),
+                        Path(run_dir) / "slurm", slurm or {}, bar=bar if progress else None,
+                        finished=lambda job: (jobs_dir / job["key"] / "result.json").is_file())
+            done.update({job["key"]: read(jobs_dir / job["key"]) for job in pending})
+        elif workers == 0:
             for job in pending:
                 bar.set_postfix_str(job["key"].rsplit("-", 1)[0])
                 try:

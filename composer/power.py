@@ -95,6 +95,19 @@ def cost(values: dict, setup: plan.Setup, seeds: int, tasks: int, samples: int,
             "usd": (train + evaluate) * assumptions.usd_per_gpu_hour}
 
 
+def wall_hours(values: dict, nodes: int) -> float:
+    """Hours from submission to the last result of the live profile's own design on `nodes` nodes of its setup's
+    GPUs, one job per node (executor: slurm): the trainings in waves of `nodes`, then the evaluations in waves (the
+    evaluations' GPU-hours shared evenly among them), with no time in the queue."""
+    setup = fitting_setups(values)[0]
+    seeds, tasks = values["seeds"], values.get("n_test") or POOLS[values["test_tasks"]][0]
+    c = cost(values, setup, seeds, tasks, values["eval_k"])
+    trainings, evaluations = len(ARMS) * seeds, len(ARMS) * seeds + 1
+    train_h = c["train_gpu_hours"] / trainings / setup.gpus
+    eval_h = c["eval_gpu_hours"] / evaluations / setup.gpus
+    return math.ceil(trainings / nodes) * train_h + math.ceil(evaluations / nodes) * eval_h
+
+
 def fitting_setups(values: dict) -> list[plan.Setup]:
     """004's plan rows that its arms can run (full fine-tuning: they have no LoRA path yet, so the LoRA rows are the
     memory table's only) and whose memory fits (composer.plan), the profile's own vLLM mode first."""
@@ -157,6 +170,10 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
            "# No number of seeds or samples gets under a pool's task term: "
            + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}" for pool, (n, _, _) in POOLS.items())
            + "."]
+    jobs = len(ARMS) * values["seeds"]
+    out.append(f"# Wall time on a cluster (executor: slurm, one job per node, no queueing): "
+               + ", ".join(f"{n} node{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
+                           for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
     cheapest = best(math.inf, values, assumptions, effect=0.02)["cheapest_for_effect"]
     lite = min(floor(n, assumptions) for pool, (n, _, _) in POOLS.items() if pool.startswith("lite"))
     out.append(f"# So 2 points of pass@1 is {'not ' if lite > 0.02 else ''}detectable on SWE-bench Lite at any budget"

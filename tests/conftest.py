@@ -18,6 +18,7 @@ REAL_RECORD = Path(__file__).resolve().parents[1] / "data/swebench-lite/marshmal
 # printed after every run shows when this order is out of date.
 SLOWEST_FIRST = ["test_notebooks.py",  # 121
                  "test_arms.py",  # 114
+                 "test_slurm.py",  # 110: smoke 004 twice, locally and through SLURM
                  "test_prime.py",  # 105
                  "test_collect.py",  # 80
                  "test_env_container.py",  # 75

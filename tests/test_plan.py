@@ -93,8 +93,12 @@ def test_the_004_rows_are_the_live_configuration():
     assert values["trainer_config"]["vllm_mode"] == fitting.vllm
     launcher = shlex.split(values["launcher"])
     processes = int(launcher[launcher.index("--num_processes") + 1])
-    devices = next(a for a in launcher if a.startswith("CUDA_VISIBLE_DEVICES=")).split("=")[1].split(",")
+    # scripts/with-server.sh SERVER URL env CUDA_VISIBLE_DEVICES=... accelerate launch ...: the job's own server
+    assert launcher[0] == "scripts/with-server.sh" and "trl vllm-serve" in launcher[1]
+    server = launcher[1].split("CUDA_VISIBLE_DEVICES=")[1].split()[0].split(",")
+    devices = next(a for a in launcher[3:] if a.startswith("CUDA_VISIBLE_DEVICES=")).split("=")[1].split(",")
     assert processes == len(devices) == fitting.training_gpus
+    assert len(server) == plan.VLLM_SERVER_GPUS and not set(server) & set(devices)
     rollouts = values["prompts_per_step"] * values["generations"]
     micro_batches = collect.split_rollouts(rollouts, processes, 1)[1]  # raises if the rollouts do not split
     assert micro_batches == rollouts // processes

@@ -63,6 +63,19 @@ def test_cost_by_hand():
                                  "usd": 2.0 * (train + evaluate)})
 
 
+def test_wall_time_on_n_nodes_by_hand():
+    """12 trainings (4 arms x 3 seeds) of one training run's hours each, then 13 evaluations, in waves of N."""
+    setup = power.fitting_setups(LIVE)[0]
+    w = plan.workload(LIVE)
+    one = plan.gpu_hours(plan.MODELS[w["model"]], setup, steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
+                         tokens_per_rollout=w["tokens_per_rollout"])["hours"]
+    evaluation = power.cost(LIVE, setup, 3, 103, 4)["eval_gpu_hours"] / 13 / setup.gpus
+    assert power.wall_hours(LIVE, 1) == pytest.approx(12 * one + 13 * evaluation)
+    assert power.wall_hours(LIVE, 5) == pytest.approx(3 * one + 3 * evaluation)
+    assert power.wall_hours(LIVE, 12) == pytest.approx(one + 2 * evaluation)
+    assert power.wall_hours(LIVE, 13) == pytest.approx(one + evaluation)
+
+
 def test_the_live_design_and_the_search():
     own = power.design(LIVE)
     assert (own["seeds"], own["tasks"], own["samples"], own["pool"]) == (3, 103, 4, "lite:test")
