@@ -3,8 +3,9 @@ more steps, more pairs a step), B+ - A and B - A at each, and the dose at which 
 design detects its positive control.
 
     from composer import doses
-    at = doses.apply(parameters, {"learning_rate": 3e-4})       # the notebook's parameters at that dose
-    doses.labels(parameters, [{}, {"learning_rate": 3e-4}])     # ["learning_rate=0.0001", "learning_rate=0.0003"]
+    dose = {"steps": 6, "trainer_config": {"num_iterations": 3}}  # 3 optimizer steps on each generation's rollouts
+    at = doses.apply(parameters, dose)                          # the notebook's parameters at that dose
+    doses.labels(parameters, [{}, dose])                        # ["steps=2, num_iterations=1", "steps=6, ..."]
     doses.read_at([{"low": -0.01}, {"low": 0.02}, {"low": 0.04}])  # 1: B is read at the first detected dose
 
 A dose never touches the arms: A, B, control and B+ still differ only in their pairs, so raising it cannot favour
@@ -17,6 +18,8 @@ is above 0 at no effect in at most 1 % of all experiments. Among the experiments
 0-2 % there, but it reached 10 % (8 of 80) in one where B+ was detected at its last dose only, in 8 % of
 experiments: a B read at a dose where B+ was barely detected is weaker evidence than its interval says.
 """
+
+import dataclasses
 
 from composer import ab
 
@@ -48,11 +51,21 @@ def _settings(parameters: dict, dose: dict) -> dict:
     return {**{k: at[k] for k in DOSE_KEYS if k != "trainer_config"}, **at["trainer_config"]}
 
 
+def _default(key: str):
+    """The value a trainer_config key has where no dose sets it: its GRPOConfig (ComposerConfig) default."""
+    from composer.trainer import ComposerConfig
+
+    found = {f.name: f.default for f in dataclasses.fields(ComposerConfig)}
+    return found.get(key)
+
+
 def labels(parameters: dict, doses: list[dict]) -> list[str]:
     """A short name for each dose: the settings that differ between the doses, at their values in that dose."""
     settings = [_settings(parameters, d) for d in doses]
-    varying = [k for k in settings[0] if len({repr(s.get(k)) for s in settings}) > 1]
-    return [", ".join(f"{k}={s.get(k):g}" if isinstance(s.get(k), float) else f"{k}={s.get(k)}" for k in varying)
+    keys = list(dict.fromkeys(k for s in settings for k in s))
+    settings = [{k: s[k] if k in s else _default(k) for k in keys} for s in settings]
+    varying = [k for k in keys if len({repr(s[k]) for s in settings}) > 1]
+    return [", ".join(f"{k}={s[k]:g}" if isinstance(s[k], float) else f"{k}={s[k]}" for k in varying)
             or "as set" for s in settings]
 
 

@@ -3,6 +3,7 @@
     .venv/bin/pytest tests/test_doses.py
 """
 
+import numpy as np
 import pytest
 
 from composer import doses
@@ -38,6 +39,9 @@ def test_labels_name_only_what_differs_between_the_doses():
     assert doses.labels(PARAMETERS, [{}, {"steps": 4, "trainer_config": {"trace_replay_batch_size": 20}}]) == [
         "steps=2, trace_replay_batch_size=10", "steps=4, trace_replay_batch_size=20"]
     assert doses.labels(PARAMETERS, [{}]) == ["as set"]
+    # a setting only some doses give is shown at its GRPOConfig default where they do not
+    assert doses.labels(PARAMETERS, [{}, {"steps": 6, "trainer_config": {"num_iterations": 3}}]) == [
+        "steps=2, num_iterations=1", "steps=6, num_iterations=3"]
 
 
 def test_b_is_read_at_the_first_dose_that_detects_the_positive_control():
@@ -50,23 +54,28 @@ def test_b_is_read_at_the_first_dose_that_detects_the_positive_control():
 
 
 def test_004_runs_every_dose_and_reads_b_where_the_rule_says(tmp_path):
-    """The notebook at smoke scale with two learning rates: the three probed arms at each dose (their own jobs), the
-    control only at the read dose, and metrics.dose_response with both comparisons per dose."""
+    """The notebook at smoke scale at 1 and 2 optimizer steps on the same rollouts (the second reuses each
+    generation: its steps log no reward): the three probed arms at each dose (their own jobs), the control only at
+    the read dose, and metrics.dose_response with both comparisons and each arm's pass@1 per dose."""
     from composer import report, run
 
     slug = "004-ab-train-grpo-vs-trace-replay-dpo"
-    code = run.run(slug, overrides={"doses": [{}, {"learning_rate": 1e-3}], "run_dir": str(tmp_path / "run")},
+    code = run.run(slug, overrides={"doses": [{}, {"steps": 2, "trainer_config": {"num_iterations": 2}}],
+                                          "run_dir": str(tmp_path / "run")},
                    reports_dir=tmp_path)
     assert code == 0
     results = report.read_results(tmp_path / slug / "executed.ipynb")
     response = results["metrics"]["dose_response"]
-    assert response["labels"] == ["learning_rate=1e-05", "learning_rate=0.001"]
+    assert response["labels"] == ["steps=1, num_iterations=1", "steps=2, num_iterations=2"]
     assert [sorted(c) for c in response["comparisons"]] == [["B - A", "B+ - A", "dose"]] * 2
     first = doses.read_at([c["B+ - A"] for c in response["comparisons"]])
     assert response["first_detected"] == (response["labels"][first] if first is not None else None)
     read = response["labels"].index(response["read_at"])
     assert read == (first if first is not None else 1)
     assert results["metrics"]["positive_control"]["diff"] == response["comparisons"][read]["B+ - A"]
+    assert [r["dose"] for r in response["pass_at_1"]] == response["labels"]  # each probed arm's pass@1 per dose
+    for arm in ("A", "B", "B+"):
+        assert response["pass_at_1"][read][arm] == pytest.approx(np.mean(results["metrics"]["outcomes"][arm]))
     trained = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "run" / "jobs").glob("train-*"))
     seeds = results["params"]["seeds"]
     assert trained == sorted([f"train-{arm}-s{s}" for arm in ("A", "B", "B+") for s in range(seeds)] * 2
