@@ -46,6 +46,21 @@ def module_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny random Qwen3-architecture model's folder (composer.models.tiny_model, built once per cache)."""
+    from composer.models import tiny_model
+
+    return tiny_model()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    from composer.models import load_tokenizer
+
+    return load_tokenizer(tiny)
+
+
 @pytest.fixture
 def layout_tops():
     """The top-level names a sandboxed run's / should hold for a repository: those of the paths the sandbox's

@@ -12,18 +12,8 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from composer.models import load_model, load_tokenizer, tiny_model
+from composer.models import load_model
 from composer.generation import SHARED_PROMPT, Generator, Job, _prefilled, _shared_prompt_attention, _SharedPromptLayer
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_model()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny):
-    return load_tokenizer(tiny)
 
 
 def generated(model, jobs: list[dict], plain: bool) -> tuple[list, list]:

@@ -16,7 +16,7 @@ import openai
 import pytest
 import torch
 
-from composer.models import load_model, load_tokenizer, tiny_model
+from composer.models import load_model
 from composer.providers import PROFILES_FILE, Profile, load_profiles
 from composer.serve import BYTE_LEVEL, Server, parse_tool_calls, serve
 from composer.serve import main as serve_main
@@ -26,16 +26,6 @@ HELLO = [{"role": "user", "content": "Fix the failing test in tests/test_queue.p
 TOOLS = [{"type": "function", "function": {"name": "run_tests", "description": "Run the test suite.",
                                            "parameters": {"type": "object", "properties": {}}}}]
 TOOL_TEXT = 'Let me run them.<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_model()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny):
-    return load_tokenizer(tiny)
 
 
 @pytest.fixture(scope="module")

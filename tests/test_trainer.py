@@ -8,7 +8,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
-from composer.models import load_model, load_tokenizer, tiny_model
+from composer.models import load_model, tiny_model
 from composer.trainer import ComposerConfig, ComposerTrainer, add_reference_logps, completion_logits
 from composer.trainer_checks import build_trainer
 
@@ -30,11 +30,6 @@ def reward(completions, **kwargs):
 @pytest.fixture(scope="module")
 def model_path():
     return tiny_model()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_path):
-    return load_tokenizer(model_path)
 
 
 @pytest.fixture(scope="module")
