@@ -158,6 +158,8 @@ def test_an_interrupted_run_leaves_its_jobs_running_and_a_rerun_waits_for_them(c
     ids = [r["job_id"] for r in _submitted(tmp_path / "slurm")]
     assert "interrupted: 2 SLURM jobs keep running" in err and f"scancel {' '.join(ids)}" in err
     assert not any(_finished(j) for j in jobs)
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split()
+    assert set(ids) <= set(queued)  # still in the queue, running or about to
     slurm.run(jobs, _publish, tmp_path / "slurm", {"poll_s": 0.5}, finished=_finished)
     assert all(_finished(j) for j in jobs) and len(_submitted(tmp_path / "slurm")) == 2
     assert sorted((tmp_path / f"{j['key']}.done").read_text() for j in jobs) == sorted(ids)
