@@ -80,8 +80,9 @@ def real_record():
             pytest.fail("COMPOSER_REQUIRE_CONTAINERS=1 but: " + "; ".join(problems))
         pytest.skip("no container engine runs here: " + "; ".join(problems))
     record = json.loads(REAL_RECORD.read_text())
-    # one build at a time on this machine: make test's workers may both need the image at once
-    with open(Path(tempfile.gettempdir()) / "composer-swebench-image.lock", "w") as lock:
+    # one build at a time per user (each has its own images): make test's workers may both need the image at once;
+    # the uid in the name, as another user's lock file in the shared /tmp is not ours to open
+    with open(Path(tempfile.gettempdir()) / f"composer-swebench-image-{os.getuid()}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if container.problems(record):
             build = REAL_RECORD.parents[2] / "scripts/swebench-image/build.sh"
