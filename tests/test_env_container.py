@@ -5,11 +5,13 @@ real_record). Without an engine they skip with the reason; .ci/run installs podm
 COMPOSER_REQUIRE_CONTAINERS=1, which turns that skip into a failure.
 """
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -253,3 +255,33 @@ def test_the_docker_cli_drives_the_same_episode(record, podman_socket, monkeypat
     assert Path(container.engine()).name == "docker" and container.problems(record) == []
     reward, name = episode(record, record["patch"])
     assert reward == 1.0 and ours(name) == set()
+
+
+def _tar(tmp_path, *members) -> Path:
+    """A tar of (name, kind, link) members: kind "file", "symlink", "hardlink" or "device"."""
+    path = tmp_path / "t.tar"
+    with tarfile.open(path, "w") as out:
+        for name, kind, link in members:
+            info = tarfile.TarInfo(name)
+            info.type = {"file": tarfile.REGTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE,
+                         "device": tarfile.CHRTYPE}[kind]
+            info.linkname = link
+            out.addfile(info, io.BytesIO(b"") if kind == "file" else None)
+    return path
+
+
+@pytest.mark.parametrize("bad", [("../evil", "file", ""), ("/etc/evil", "file", ""), ("a/../../evil", "file", ""),
+                                 ("sub/out", "symlink", "../../evil"), ("sub/abs", "symlink", "/etc/passwd"),
+                                 ("hard", "hardlink", "../evil"), ("tty", "device", "")])
+def test_a_testbed_archive_cannot_write_outside_the_workspace(tmp_path, bad):
+    """The copy of an image's /testbed onto the host keeps every member inside the workspace, on any Python 3.11
+    (3.11.2, Debian 12's, has no tarfile filter): relative links inside are fine, anything that climbs out is not."""
+    dest = tmp_path / "repo"
+    dest.mkdir()
+    ok = [("a.txt", "file", ""), ("sub/up", "symlink", "../a.txt"), ("sub/same", "hardlink", "a.txt")]
+    with tarfile.open(_tar(tmp_path, *ok), "r|") as archive:
+        assert [m.name for m in container.inside(archive, dest)] == ["a.txt", "sub/up", "sub/same"]
+    with tarfile.open(_tar(tmp_path, *ok, bad), "r|") as archive:
+        with pytest.raises(RuntimeError, match=f"refusing {bad[0]!r}.*would land outside"):
+            archive.extractall(dest, members=container.inside(archive, dest))
+    assert not (tmp_path / "evil").exists()

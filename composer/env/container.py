@@ -207,6 +207,23 @@ def _readline(stream, timeout_s: float) -> bytes:
     return out[0] if out else b""
 
 
+def inside(archive: tarfile.TarFile, dest: Path):
+    """The archive's members, refusing any that would land outside `dest` or is a device: an absolute name or a
+    `..` that climbs out, a link whose target resolves outside it."""
+    root = os.path.realpath(dest)
+
+    def within(path: str) -> bool:
+        return os.path.commonpath([root, os.path.normpath(os.path.join(root, path))]) == root
+
+    for member in archive:
+        target = (os.path.join(os.path.dirname(member.name), member.linkname) if member.issym()
+                  else member.linkname if member.islnk() else member.name)
+        if member.name.startswith("/") or not within(member.name) or not within(target) or member.isdev():
+            raise RuntimeError(f"refusing {member.name!r} (-> {member.linkname!r}) from an instance's /testbed: it "
+                               f"would land outside {dest}")
+        yield member
+
+
 class Workspace:
     """An episode on a real instance: the image's /testbed copied to `dest` (a new folder) and mounted back."""
 
@@ -218,7 +235,9 @@ class Workspace:
             tar = subprocess.Popen([source.cli, "exec", source.name, "tar", "-C", "/testbed", "--exclude=./.git",
                                     "-cf", "-", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             with tarfile.open(fileobj=tar.stdout, mode="r|") as archive:
-                archive.extractall(self.repo, filter="tar")
+                # tarfile's "tar" filter where Python has it; Debian 12's 3.11.2 has not, so the check is ours too
+                archive.extractall(self.repo, members=inside(archive, self.repo),
+                                   **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
             if tar.wait() != 0:
                 raise RuntimeError(f"could not copy /testbed out of {name}: {_last_line(tar.stderr.read().decode())}")
         self.container = Container(name, limits=limits, mounts={self.repo: "/testbed"})

@@ -24,7 +24,8 @@ tag=${tag,,}
 for tool in mmdebstrap "$engine"; do
   command -v "$tool" >/dev/null || { echo "build.sh: $tool is not installed (Debian: apt-get install mmdebstrap podman runc)" >&2; exit 2; }
 done
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+work=$(mktemp -d); chmod 755 "$work"  # read by mmdebstrap's unshared root (a subuid) when not run as root
+trap 'rm -rf "$work"' EXIT
 pip=(python3 -m pip download -q --no-deps --require-hashes)
 "${pip[@]}" --only-binary=:all: --python-version 3.9 --implementation cp --abi cp39 --abi abi3 --abi none \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any -d "$work/wheels" -r "$spec/requirements.txt"

@@ -31,7 +31,8 @@ path = sys.argv[1]
 text = open(path).read()
 open(path, "w").write(re.sub(r"\n\[egg_info\]\n(?:[^\[\n][^\n]*\n?)*", "\n", text).rstrip("\n") + "\n")
 PY
-chroot "$root" sh -ec '
+# HOME: the image's root's, whoever builds it (a non-root build's own HOME does not exist in the rootfs)
+chroot "$root" env HOME=/root sh -ec '
   cd /testbed
   git init -q
   git -c user.name=composer -c user.email=composer@localhost add -A
