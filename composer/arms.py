@@ -399,9 +399,9 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
         if executor == "slurm":
             from composer import slurm as cluster
 
-            threads = cluster.settings(slurm or {})["cpus_per_task"]
-            cluster.run(pending, functools.partial(_cluster_job, plan, jobs_dir, threads, launch),
-                        Path(run_dir) / "slurm", slurm or {}, bar=bar if progress else None,
+            s = cluster.settings(slurm or {})
+            cluster.run(pending, functools.partial(_cluster_job, plan, jobs_dir, s["cpus_per_task"], launch),
+                        Path(run_dir) / "slurm", s, bar=bar if progress else None,
                         finished=lambda job: (jobs_dir / job["key"] / "result.json").is_file())
             done.update({job["key"]: read(jobs_dir / job["key"]) for job in pending})
         elif workers == 0:

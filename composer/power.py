@@ -99,12 +99,10 @@ def wall_hours(values: dict, nodes: int) -> float:
     """Hours from submission to the last result of the live profile's own design on `nodes` nodes of its setup's
     GPUs, one job per node (executor: slurm): the trainings in waves of `nodes`, then the evaluations in waves (the
     evaluations' GPU-hours shared evenly among them), with no time in the queue."""
-    setup = fitting_setups(values)[0]
-    seeds, tasks = values["seeds"], values.get("n_test") or POOLS[values["test_tasks"]][0]
-    c = cost(values, setup, seeds, tasks, values["eval_k"])
-    trainings, evaluations = len(ARMS) * seeds, len(ARMS) * seeds + 1
-    train_h = c["train_gpu_hours"] / trainings / setup.gpus
-    eval_h = c["eval_gpu_hours"] / evaluations / setup.gpus
+    d = design(values)
+    trainings, evaluations = len(ARMS) * d["seeds"], len(ARMS) * d["seeds"] + 1
+    train_h = d["train_gpu_hours"] / trainings / d["gpus"]
+    eval_h = d["eval_gpu_hours"] / evaluations / d["gpus"]
     return math.ceil(trainings / nodes) * train_h + math.ceil(evaluations / nodes) * eval_h
 
 
@@ -171,7 +169,7 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
            + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}" for pool, (n, _, _) in POOLS.items())
            + "."]
     jobs = len(ARMS) * values["seeds"]
-    out.append(f"# Wall time on a cluster (executor: slurm, one job per node, no queueing): "
+    out.append("# Wall time on a cluster (executor: slurm, one job per node, no queueing): "
                + ", ".join(f"{n} node{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
                            for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
     cheapest = best(math.inf, values, assumptions, effect=0.02)["cheapest_for_effect"]

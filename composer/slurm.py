@@ -120,13 +120,13 @@ def run(jobs: list[dict], do: Callable[[dict], object], folder, given: dict, *, 
 
     def submit(job):
         after = job.get("after")
-        waits = after if after in handles and not finished(by_key[after]) else None
-        handle = _executor(folder, s, job["key"], waits and handles[waits].job_id).submit(do, job)
+        waits_on = handles[after].job_id if after in handles and not finished(by_key[after]) else None
+        handle = _executor(folder, s, job["key"], waits_on).submit(do, job)
         handles[job["key"]] = handle
         attempts[job["key"]] += 1
         with open(folder / "submitted.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps({"key": job["key"], "job_id": handle.job_id, "attempt": attempts[job["key"]],
-                                "after": waits and handles[waits].job_id, "at": time.time()}) + "\n")
+                                "after": waits_on, "at": time.time()}) + "\n")
 
     try:
         waiting = [j for j in jobs if not finished(j)]
