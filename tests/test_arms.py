@@ -133,6 +133,21 @@ def test_run_reuses_finished_jobs_and_resumes_at_the_unfinished_one(tmp_path, fa
     assert not list((tmp_path / "jobs").glob(".*.tmp"))
 
 
+def test_a_rerun_spares_the_temp_folder_of_a_job_still_building(tmp_path, fake_jobs):
+    """A job building elsewhere (on a SLURM node, in another notebook) holds its lock: a rerun's cleanup of killed
+    runs' temp folders leaves its folder alone and removes the others."""
+    import fcntl
+
+    jobs_dir = tmp_path / "jobs"
+    jobs_dir.mkdir()
+    (jobs_dir / ".train-X-s0-123.abc.tmp").mkdir()
+    (jobs_dir / ".train-Y-s0-456.def.tmp").mkdir()
+    with open(jobs_dir / ".train-X-s0-123.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        arms.run(_plan(tmp_path), tmp_path, progress=False)
+        assert [p.name for p in jobs_dir.glob(".*.tmp")] == [".train-X-s0-123.abc.tmp"]
+
+
 def test_a_failing_job_is_named_and_the_finished_ones_are_kept(tmp_path, fake_jobs, monkeypatch):
     def broken(plan, job, out):
         if job["arm"] == "B":
