@@ -73,6 +73,8 @@ def test_004_runs_every_dose_and_reads_b_where_the_rule_says(tmp_path):
     read = response["labels"].index(response["read_at"])
     assert read == (first if first is not None else 1)
     assert results["metrics"]["positive_control"]["diff"] == response["comparisons"][read]["B+ - A"]
+    assert read == 1  # no smoke dose detects B+: B is read where steps reuse rollouts and log no reward
+    assert all(row["mean train reward"] is not None for row in results["metrics"]["jobs"])  # not NaN (-> None)
     assert [r["dose"] for r in response["pass_at_1"]] == response["labels"]  # each probed arm's pass@1 per dose
     for arm in ("A", "B", "B+"):
         assert response["pass_at_1"][read][arm] == pytest.approx(np.mean(results["metrics"]["outcomes"][arm]))
