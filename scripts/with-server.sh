@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run a command beside a server that lives exactly as long as the command: 004's launcher in the live profile, where
-# each job (on a SLURM node of its own, or one after another on one machine) starts its own `trl vllm-serve` on the
+# each job (on a SLURM node of its own, or one after another on one machine) starts its own vLLM server on the
 # node's last GPU, trains or evaluates on the others, and stops the server when it ends.
 #   scripts/with-server.sh SERVER_COMMAND HEALTH_URL COMMAND [ARGS...]
-#   scripts/with-server.sh "CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen3-8B" http://127.0.0.1:8000/health/ \
+#   scripts/with-server.sh "CUDA_VISIBLE_DEVICES=7 python -m composer.vllm_server --model Qwen/Qwen3-8B" http://127.0.0.1:8000/health/ \
 #     env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --num_processes 7 ...
 # Waits up to COMPOSER_SERVER_WAIT_S seconds (default 1800: an 8B model's first load) for HEALTH_URL to answer, then
 # runs COMMAND and exits with its status. Exits 3, with the end of the server's log, if the server exits or never

@@ -94,7 +94,7 @@ def test_the_004_rows_are_the_live_configuration():
     launcher = shlex.split(values["launcher"])
     processes = int(launcher[launcher.index("--num_processes") + 1])
     # scripts/with-server.sh SERVER URL env CUDA_VISIBLE_DEVICES=... accelerate launch ...: the job's own server
-    assert launcher[0] == "scripts/with-server.sh" and "trl vllm-serve" in launcher[1]
+    assert launcher[0] == "scripts/with-server.sh" and "composer.vllm_server" in launcher[1]
     server = launcher[1].split("CUDA_VISIBLE_DEVICES=")[1].split()[0].split(",")
     devices = next(a for a in launcher[3:] if a.startswith("CUDA_VISIBLE_DEVICES=")).split("=")[1].split(",")
     assert processes == len(devices) == fitting.training_gpus

@@ -9,11 +9,16 @@ so the student here is the smoke zoo's with head_dim 32 (the report zoo's teache
 
 import dataclasses
 import importlib.util
+import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
 from composer import policies, vllm_engine, zoo
+from composer.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
@@ -131,3 +136,67 @@ def test_the_engine_generates_in_the_checkpoints_own_dtype(student):
 
     path, _ = student
     assert vllm_engine.load(path).llm.llm_engine.model_config.dtype == torch.float32
+
+
+SERVER_CLIENT = """
+import json, sys
+import torch, transformers
+from trl.generation.vllm_client import VLLMClient
+
+url, path, out = sys.argv[1:]
+tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Fix count_vowels('Education')."}],
+                                       add_generation_prompt=True, tokenize=True, return_dict=False)
+client = VLLMClient(base_url=url, connection_timeout=60)
+served = client.generate([prompt], temperature=0.0, max_tokens=8, logprobs=4)
+tokens = served["completion_ids"][0]
+model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+local = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0, len(prompt):].tolist()
+with torch.no_grad():  # the model's own log-probs of the served top-5 at every served position
+    logps = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1].log_softmax(-1)
+gap = max(abs(lp - logps[i, t].item()) for i, (lps, ids) in
+          enumerate(zip(served["logprobs"][0], served["logprob_token_ids"][0])) for lp, t in zip(lps, ids))
+info = client.get_server_info()
+try:
+    client.init_communicator("cpu")
+    push = "no error"
+except NotImplementedError as error:
+    push = str(error)
+json.dump(dict(served=tokens, local=local, gap=gap, dtype=info["model_config"]["dtype"],
+               weight_transfer=info["weight_transfer_config"], push=push), open(out, "w"))
+"""
+
+
+def test_server_mode_serves_the_trainers_client_on_cpu_and_only_the_weight_push_needs_a_gpu(student, tmp_path):
+    """Server mode as the live 004 launcher runs it (scripts/with-server.sh starting composer.vllm_server, TRL's
+    `trl vllm-serve` command line), on a loopback port: TRL's VLLMClient, the one a GRPOTrainer with
+    vllm_mode="server" uses, generates through it the transformers greedy tokens, with the model's own top-5
+    log-probs at each of them (the smoke student repeats one token; its log-probs still differ); the server runs
+    with TRL's NCCL weight-transfer engine, and the client's weight push refuses a CPU device, so training in server
+    mode stays GPU-only."""
+    path, _ = student
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = (f"VLLM_CPU_KVCACHE_SPACE={vllm_engine.CPU_KVCACHE_GIB} {sys.executable} -m composer.vllm_server "
+              f"--model {path} --host 127.0.0.1 --port {port} --dtype float32")
+    client = tmp_path / "client.py"
+    client.write_text(SERVER_CLIENT)
+    url, out = f"http://127.0.0.1:{port}", tmp_path / "out.json"
+    done = subprocess.run([str(ROOT / "scripts" / "with-server.sh"), server, f"{url}/health",
+                           sys.executable, str(client), url, str(path), str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COMPOSER_SERVER_WAIT_S": "400"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["served"] == result["local"] and result["gap"] < 1e-3, result  # greedy tokens, top-5 log-probs
+    assert result["dtype"] == "torch.float32" and result["weight_transfer"] == {"backend": "nccl"}
+    assert "needs a CUDA device" in result["push"]
+
+
+def test_vllms_own_cli_stops_on_the_cpu_build_which_is_why_composer_vllm_server_exists():
+    """`trl vllm-serve` execs this CLI; on the CPU build its --version lookup of a "vllm" distribution fails before
+    any argument is parsed. When a vLLM release stops doing that, composer.vllm_server can go."""
+    done = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "--help"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "PackageNotFoundError" in done.stderr and "vllm" in done.stderr

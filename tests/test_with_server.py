@@ -1,5 +1,6 @@
 """scripts/with-server.sh, the live 004 launcher that gives each job its own vLLM server: here a loopback HTTP server
-stands in for `trl vllm-serve` (the script only starts it, waits for its URL, and stops it).
+stands in for the vLLM server (the script only starts it, waits for its URL, and stops it; tests/test_vllm_cpu.py runs
+it with the real one).
 
     .venv/bin/pytest tests/test_with_server.py
 """
