@@ -158,9 +158,18 @@ class Cgroup:
                 time.sleep(0.01)
 
 
-def own_process_count() -> int:
+def own_task_count() -> int:
+    """The threads of this real uid, which RLIMIT_NPROC counts (threads, not processes): a caller with torch
+    loaded holds dozens, and a cap of processes + max_procs would leave a run's pytest no room to start."""
     uid = os.getuid()
-    return sum(1 for p in Path("/proc").glob("[0-9]*") if _owner(p) == uid)
+    return sum(_tasks(p) for p in Path("/proc").glob("[0-9]*") if _owner(p) == uid)
+
+
+def _tasks(p: Path) -> int:
+    try:
+        return len(os.listdir(p / "task"))
+    except OSError:  # it ended meanwhile
+        return 0
 
 
 def _owner(p: Path) -> int | None:

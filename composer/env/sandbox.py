@@ -39,7 +39,8 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
   bound the tree to memory_mb x max_procs). tmpfs pages count against that cgroup too.
 - "user-ns" (Linux, not root, unprivileged user namespaces): `unshare --user --map-root-user` with new
   network and PID namespaces; the uid is the caller's, so the run reads and writes what the caller can,
-  and RLIMIT_NPROC is the caller's current process count plus `max_procs`. Not contained.
+  and RLIMIT_NPROC (which counts the uid's threads) is the caller's current thread count plus `max_procs`.
+  Not contained.
 - "plain" (anything else): rlimits and the process-group kill only. No network isolation; a child that
   calls setsid() survives the timeout kill; as root RLIMIT_NPROC is not enforced at all. Not contained.
 
@@ -84,7 +85,7 @@ from pathlib import Path
 
 from composer.env import forkserver
 from composer.env.limits import (FILE_LIMIT_MB, UID_BASE, Cgroup, Limits, Uids, chown_tree, memory_cgroup,
-                                  own_process_count, readable_tree, tree_size)
+                                  own_task_count, readable_tree, tree_size)
 from composer.env.patches import SandboxError, read_regular, safe_path
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -277,9 +278,9 @@ def isolation() -> dict:
         "mode": mode,
         "network": "none (own network namespace)" if mode != "plain" else "not isolated",
         "processes": {"root-ns": "own PID namespace, own uid (unique among live sandboxes), no capabilities",
-                      "user-ns": "own PID namespace, RLIMIT_NPROC=current+max_procs",
+                      "user-ns": "own PID namespace, RLIMIT_NPROC=current threads+max_procs",
                       "plain": "process group kill" + ("; RLIMIT_NPROC not enforced (root)" if os.geteuid() == 0
-                                                       else "; RLIMIT_NPROC=current+max_procs")}[mode],
+                                                       else "; RLIMIT_NPROC=current threads+max_procs")}[mode],
         "filesystem": {"root-ns": "own mount namespace: system and Python read-only, private size-limited /tmp, "
                                   "the repository copy read-write, nothing else",
                        "user-ns": "the caller's rights (not contained)",
@@ -302,6 +303,9 @@ class _Session:
             raise SandboxError(f"not a directory: {repo_dir}")
         self.limits, self.writable = limits, writable
         self.mode = _mode()
+        if self.mode == "root-ns" and os.geteuid() != 0:  # only forced: the probe never picks it without root
+            raise SandboxError(f'the "root-ns" mode gives each run a uid of its own and needs root; this is uid '
+                               f"{os.geteuid()}")
         self.uid = self.cgroup = None
 
     def __enter__(self):
@@ -357,7 +361,7 @@ class _Session:
     def rlimits(self) -> list[tuple[str, int]]:
         """(resource name without RLIMIT_, value) for every rlimit a run gets."""
         lim = self.limits
-        nproc = lim.max_procs if self.mode == "root-ns" else own_process_count() + lim.max_procs
+        nproc = lim.max_procs if self.mode == "root-ns" else own_task_count() + lim.max_procs
         return [("AS", lim.memory_mb * 2**20), ("CPU", lim.cpu_s or int(lim.timeout_s) + 1),
                 ("FSIZE", FILE_LIMIT_MB * 2**20), ("NPROC", nproc), ("CORE", 0)]
 
