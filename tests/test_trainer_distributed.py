@@ -2,18 +2,17 @@
 
 import json
 import math
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from ports import free_port
 
 
 def test_two_process_step_keeps_ranks_identical(tmp_path):
     out = tmp_path / "result.json"
     script = Path(__file__).with_name("distributed_step.py")
-    with socket.socket() as s:  # torchrun's --master-port 0 hangs on this torch; take a free port instead
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # torchrun's --master-port 0 hangs on this torch; take a free port instead
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(port),
            str(script), str(out)]

@@ -11,11 +11,11 @@ import dataclasses
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+from ports import free_port
 
 from composer import policies, vllm_engine, zoo
 from composer.paths import ROOT
@@ -175,9 +175,7 @@ def test_server_mode_serves_the_trainers_client_on_cpu_and_only_the_weight_push_
     with TRL's NCCL weight-transfer engine, and the client's weight push refuses a CPU device, so training in server
     mode stays GPU-only."""
     path, _ = student
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = (f"VLLM_CPU_KVCACHE_SPACE={vllm_engine.CPU_KVCACHE_GIB} {sys.executable} -m composer.vllm_server "
               f"--model {path} --host 127.0.0.1 --port {port} --dtype float32")
     client = tmp_path / "client.py"

@@ -5,22 +5,16 @@ it with the real one).
     .venv/bin/pytest tests/test_with_server.py
 """
 
-import socket
 import subprocess
 import sys
 import urllib.request
 
 import pytest
+from ports import free_port
 
 from composer.paths import ROOT
 
 SCRIPT = str(ROOT / "scripts" / "with-server.sh")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(url: str) -> bool:
@@ -32,7 +26,7 @@ def _answers(url: str) -> bool:
 
 
 def test_the_command_runs_while_the_server_answers_and_the_server_stops_with_it(tmp_path):
-    port = _port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     probe = f"import urllib.request; print(urllib.request.urlopen({url!r}).status)"
     done = subprocess.run([SCRIPT, f"{sys.executable} -m http.server {port} --bind 127.0.0.1", url,
@@ -43,7 +37,7 @@ def test_the_command_runs_while_the_server_answers_and_the_server_stops_with_it(
 
 
 def test_the_commands_own_status_comes_back_and_the_server_still_stops(tmp_path):
-    port = _port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     done = subprocess.run([SCRIPT, f"{sys.executable} -m http.server {port} --bind 127.0.0.1", url,
                            sys.executable, "-c", "raise SystemExit(5)"], capture_output=True, text=True, cwd=tmp_path,
@@ -56,7 +50,7 @@ def test_the_commands_own_status_comes_back_and_the_server_still_stops(tmp_path)
     ("echo 'loading the model'; sleep 600", "3", "did not answer"),
 ])
 def test_a_server_that_dies_or_never_answers_stops_the_job_with_its_log(tmp_path, server, wait, why):
-    done = subprocess.run([SCRIPT, server, f"http://127.0.0.1:{_port()}/health/", "touch", "ran"],
+    done = subprocess.run([SCRIPT, server, f"http://127.0.0.1:{free_port()}/health/", "touch", "ran"],
                           capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin",
                                                                                "COMPOSER_SERVER_WAIT_S": wait},
                           timeout=120)
