@@ -17,7 +17,6 @@ from pathlib import Path
 
 import yaml
 
-from composer import run
 from composer.paths import NOTEBOOKS, REPORTS
 
 RUN_EPILOG = """\
@@ -58,6 +57,8 @@ def benches() -> dict[str, str]:
 
 def describe(argv) -> int:
     """`run SLUG --help`: the spike's parameters, or exit 2 for an unknown spike."""
+    from composer import run
+
     notebooks = Path(argv[argv.index("--notebooks-dir") + 1]) if "--notebooks-dir" in argv[:-1] else NOTEBOOKS
     try:
         (slug,) = run.select(argv[1], notebooks)
@@ -78,6 +79,13 @@ def bench(name, argv) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # A benchmark needs only its own imports: the prepared device check (scripts/gpu-check.sh) runs on a CUDA image
+    # that carries torch, transformers and TRL but not papermill or nbconvert, which `run` imports.
+    if argv[:1] == ["bench"] and len(argv) > 1 and not argv[1].startswith("-"):
+        return bench(argv[1], argv[2:])
+    from composer import run
+
     parser = argparse.ArgumentParser(prog="python -m composer", description="Spike notebooks, reports and benchmarks for composer.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -116,7 +124,6 @@ def main(argv=None) -> int:
     commands.add_parser("plan", help="GPU memory and GPU-hours of the live profiles (estimates); --write updates "
                                      "their YAML headers", add_help=False)
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"] and len(argv) > 2 and not argv[1].startswith("-") and {"-h", "--help"} & set(argv):
         return describe(argv)
     if argv[:1] == ["serve"]:
@@ -136,7 +143,7 @@ def main(argv=None) -> int:
 
         return plan.main(argv[1:])
     args = parser.parse_args(argv)
-    if args.command == "bench":
+    if args.command == "bench":  # `bench -- NAME`; a plain `bench NAME` was dispatched above
         return bench(args.name, args.args)
     overrides = {}
     for item in args.param:

@@ -31,6 +31,11 @@ def test_reduced_check_prints_its_figures_as_one_json_line():
         assert math.isfinite(trainer[key]) and trainer[key] > 0, key
     assert trainer["train_tokens_per_s_all"] == trainer["tokens_per_step"] / trainer["step_s_median"]["all"]
     assert set(trainer["step_s_median"]) == {"grpo", "composer_00", "hint", "dpo", "all"}
+    # the work each arm runs, to read a ratio against: the DPO arm runs its pairs, the hint arm its teacher
+    assert set(trainer["work_floor_time"]) == {"hint", "dpo", "all"} and trainer["work_floor_time"]["all"] > 1
+    forwards = trainer["forwards"]
+    assert forwards["dpo"]["student_tokens"] > forwards["grpo"]["student_tokens"]
+    assert forwards["hint"]["teacher_forwards"] > 0 == forwards["grpo"]["teacher_forwards"]
     assert result["cpus"] >= 1 and result["cuda"] == (result["gpu"] is not None)
 
 

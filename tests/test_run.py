@@ -320,6 +320,18 @@ def test_bench_dispatch(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == "error: unknown bench 'nope'; available: echo\n"
 
 
+def test_a_bench_runs_without_the_notebook_stack(tmp_path):
+    """The device check's CUDA image has torch and TRL but no papermill or nbconvert: `bench NAME` must not import
+    them (here made unimportable in a fresh interpreter)."""
+    (tmp_path / "echo.py").write_text("def main(argv):\n    print(argv)\n    return 7\n")
+    code = ("import sys; [sys.modules.__setitem__(m, None) for m in ('papermill', 'nbconvert', 'nbformat')]\n"
+            "import composer.bench; composer.bench.__path__ = [sys.argv[1]]\n"
+            "from composer import cli; sys.exit(cli.main(['bench', 'echo', '--n', '3']))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 7, done.stderr[-2000:]
+    assert done.stdout == "['--n', '3']\n"
+
+
 def test_the_index_headline_is_the_criterion_that_decides_the_verdict(tmp_path):
     prov = {"git_sha": "abc1234def", "git_dirty": False, "started_utc": "2026-12-01T00:00:00+00:00"}
     rows = [{"name": "tests failed", "estimate": 0, "ci_low": 0, "ci_high": 0, "comparator": "<=", "threshold": 0,

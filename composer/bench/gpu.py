@@ -38,6 +38,10 @@ def trainer_part(size: str, repeats: int, memory: bool) -> dict:
         "train_tokens_per_s_all": tokens / result["arms"]["all"]["step_s_median"],
         "step_s_median": {arm: a["step_s_median"] for arm, a in result["arms"].items()},
         "peak_mem_bytes": {arm: a["peak_mem_bytes"] for arm, a in result["arms"].items()},
+        # what each arm's step runs, so a time ratio is read against its work floor (bench trainer's docstring)
+        "work_floor_time": result["work_floor_time"],
+        "forwards": {arm: {k: a[k] for k in ("student_forwards", "student_tokens", "teacher_forwards",
+                                             "teacher_tokens")} for arm, a in result["arms"].items()},
         "model": result["config"]["model"], "wall_s": result["wall_s"]}
 
 
