@@ -10,7 +10,7 @@ import os
 import pytest
 from test_arms import _parameters
 
-from composer import ab_inputs, arms, pairs, zoo
+from composer import ab_inputs, arms, pairs, reference_pairs, zoo
 from composer.env.environment import EnvConfig
 from composer.paths import ROOT
 
@@ -54,6 +54,27 @@ def test_prepare_pairs_builds_once_per_source_and_student(tmp_path, monkeypatch)
     assert pairs.load(first["path"])["ref_chosen_logps"] == [-1.0]
     other = ab_inputs.prepare_pairs(tmp_path, "pairs", make, student=tmp_path / "student-2", source_key="k")
     assert other["path"] != first["path"] and made == [1, 1]
+
+
+def test_a_rerun_finds_its_oracle_pairs_though_the_test_output_in_their_prompts_varies(tmp_path, monkeypatch):
+    """The environment's test runs print a duration and object addresses that differ every run, and oracle pairs
+    carry them in their prompts. A second prepare must find the first one's pairs (and so B's train jobs, keyed by
+    the pairs' file), not make new ones; here each run's prompts differ in exactly that text."""
+    real, runs = reference_pairs.oracle_pairs, iter(range(2))
+
+    def varying(*args, **kwargs):
+        n, rows = next(runs), real(*args, **kwargs)
+        for row in rows:
+            last = row["prompt"][-1]
+            row["prompt"][-1] = {**last, "content": last["content"] + f"\n1 passed in 0.0{n + 1}s <X at 0x7f{n}a>"}
+        return rows
+
+    monkeypatch.setattr(reference_pairs, "oracle_pairs", varying)
+    parameters = _parameters(pairs_dir=str(tmp_path / "none"), seeds=1)
+    first, again = ab_inputs.prepare(parameters, tmp_path), ab_inputs.prepare(parameters, tmp_path)
+    assert first.oracle and first.pairs == again.pairs and first.pairs["pairs"]["rows"] > 0
+    assert len(list((tmp_path / "inputs").glob("pairs-*"))) == 1
+    assert len(list((tmp_path / "inputs").glob("shuffled-*"))) == 1
 
 
 def test_a_student_from_outside_the_zoo_needs_its_tasks_and_budget_named(tmp_path):
