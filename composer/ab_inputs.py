@@ -12,18 +12,12 @@ arms.plan_from_parameters then makes the Plan from the parameters and these inpu
 import dataclasses
 import functools
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from composer import arms
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
-
-# What the environment's test runs print differently every run (pytest's "1 passed in 0.03s", object addresses in
-# an assertion's repr). Oracle pairs carry it in their prompts, so their cache key leaves it out: a rerun must find
-# its pairs, or B's train jobs, keyed by the pairs' file, would all run again.
-VOLATILE = re.compile(r" in [0-9.]+s\b|0x[0-9a-f]+")
 
 
 @dataclass(frozen=True)
@@ -124,8 +118,10 @@ def prepare(p: dict, run_dir) -> Inputs:
         rows = reference_pairs.oracle_pairs(train[:p["oracle_pairs"]], seed=p["seed"])
         made = {"pairs": lambda: pairs.to_dataset(rows, tool_schemas()),
                 "shuffled": lambda: pairs.to_dataset(pairs.shuffled_pairs(rows, seed=p["seed"]), tool_schemas())}
-        stable = VOLATILE.sub("", json.dumps([[r["prompt"], r["chosen"], r["rejected"]] for r in rows], sort_keys=True))
-        keys = {name: config_hash(oracle=stable, name=name, seed=p["seed"]) for name in made}
+        # keyed by what makes them, as the expert pairs are: their prompts carry test output that differs every run
+        # (pytest's duration, object addresses), and a rerun must find them, or B's train jobs would all run again
+        keys = {name: config_hash(oracle=arms.records_key(train[:p["oracle_pairs"]]), name=name, seed=p["seed"])
+                for name in made}
         pairs_source = (f"oracle pairs ({len(rows)}: the expert's edit over the same edit with a slip, on train "
                         "tasks): " + (f"003's output was not found at {p['pairs_dir']}" if p["pairs_dir"]
                                       else "no pairs_dir given"))
