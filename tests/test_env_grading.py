@@ -15,12 +15,40 @@ PLAIN = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n--- a/
 @pytest.mark.parametrize("path, steers", [
     ("conftest.py", True), ("pkg/sub/conftest.py", True), ("pytest.ini", True), ("tox.ini", True),
     ("setup.cfg", True), ("pyproject.toml", True), ("x.pth", True), ("sitecustomize.py", True),
-    ("tests/helpers.py", True), ("pkg/testing/util.py", True), ("test_ops.py", True), ("ops_test.py", True),
+    ("test_ops.py", True), ("ops_test.py", True), ("tests/test_ops.py", True),
     ("calc/__pycache__/ops.cpython-311.pyc", True), ("calc/ops.pyc", True), ("calc/__pycache__/x.txt", True),
     ("calc/ops.py", False), ("calc/contest.py", False), ("README.md", False), ("latest.py", False),
 ])
 def test_steers_tests(path, steers):
     assert grading.steers_tests(path) is steers
+
+
+# Library source in folders named like tests, in SWE-bench Lite's repositories: the library imports them itself
+# (astropy/__init__.py imports astropy/tests/runner.py), so a real fix there is graded with its change applied.
+LIBRARY_IN_TEST_FOLDERS = ["django/test/testcases.py", "django/test/utils.py", "sympy/testing/pytest.py",
+                           "lib/matplotlib/testing/decorators.py", "astropy/tests/runner.py",
+                           "astropy/tests/helper.py", "sphinx/testing/fixtures.py", "xarray/testing.py",
+                           "xarray/testing/assertions.py", "pylint/testutils/checker_test_case.py",
+                           "sklearn/utils/_testing.py"]
+
+
+@pytest.mark.parametrize("path", LIBRARY_IN_TEST_FOLDERS)
+def test_library_code_in_folders_named_like_tests_is_kept(path):
+    tests = {"tests/admin_views/tests.py", "astropy/units/tests/test_quantity.py", "sympy/core/tests/test_basic.py"}
+    assert not grading.steers_tests(path, tests) and not grading.steers_tests(path)
+
+
+def test_the_tasks_test_folders_are_the_tests_own():
+    tests = {"tests/admin_views/tests.py", "astropy/units/tests/test_quantity.py", "test_top.py"}
+    for path in ["tests/admin_views/models.py", "tests/admin_views/__init__.py", "astropy/units/tests/helpers.py"]:
+        assert grading.steers_tests(path, tests), path
+    # beside a test at the repository's top is the library's own (setup.py, the package's modules)
+    for path in ["setup.py", "astropy/units/quantity.py", "tests/other_app/models.py"]:
+        assert not grading.steers_tests(path, tests), path
+    diff = "".join(f"--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"
+                   for p in ["django/test/testcases.py", "tests/admin_views/models.py"])
+    kept, reset = grading.source_only(diff, frozenset(tests))
+    assert reset == ["tests/admin_views/models.py"] and "django/test/testcases.py" in kept
 
 
 def test_source_only_keeps_source_files_of_git_and_plain_diffs():
@@ -30,3 +58,19 @@ def test_source_only_keeps_source_files_of_git_and_plain_diffs():
     assert reset == ["tests/test_mod.py"] and kept == PLAIN.split("--- a/tests/")[0]
     assert grading.source_only(PLAIN, test_paths={"pkg/mod.py"}) == ("", ["pkg/mod.py", "tests/test_mod.py"])
     assert grading.source_only("not a diff") == ("", [])
+
+
+def test_defined_classes_names_modules_as_python_imports_them(tmp_path):
+    def classes(repo, files):
+        for rel in files:
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text("class A:\n    class B:\n        pass\n")
+        return grading.defined_classes(repo)
+
+    assert classes(tmp_path / "layouts", ["src/marshmallow/schema.py", "lib/matplotlib/axes.py", "calc/ops.py",
+                                          "tests/test_ops.py"]) == [
+        "calc.ops:A", "calc.ops:A.B", "marshmallow.schema:A", "marshmallow.schema:A.B", "matplotlib.axes:A",
+        "matplotlib.axes:A.B"]
+    # a lib/ that is a package is imported as lib
+    assert classes(tmp_path / "package", ["lib/__init__.py", "lib/util.py"]) == ["lib.util:A", "lib.util:A.B",
+                                                                                  "lib:A", "lib:A.B"]

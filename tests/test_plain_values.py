@@ -169,6 +169,10 @@ def tag():
     return Tag("t")
 
 
+def build(cls, *args):  # library code that makes what it is given: a test's own class comes back through it
+    return cls(*args)
+
+
 WROTE = []
 try:
     with open("tests/planted.txt", "w") as f:
@@ -183,9 +187,18 @@ import unittest
 
 import pytest
 
-from pkg.code import (Account, Color, anything, color, counter, exact, fill, make_point, nested, ordered, point,
-                      posing, reused_slot, rigged_dict, rigged_float, rigged_iter, rigged_list, rigged_str, tag, values,
-                      WROTE)
+from pkg.code import (Account, Color, anything, build, color, counter, exact, fill, make_point, nested, ordered,
+                      point, posing, reused_slot, rigged_dict, rigged_float, rigged_iter, rigged_list, rigged_str, tag,
+                      values, WROTE)
+
+
+class Money:  # a test module's own class, with comparisons of its own (real suites define many)
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, Money) and other.n == self.n
+    __hash__ = None
 
 
 def check(a, b):
@@ -284,6 +297,14 @@ def test_honest_counter():
 
 def test_honest_ordered_dict():
     assert type(ordered()).__name__ == "OrderedDict" and ordered() == {"a": 1}
+
+
+def test_honest_classes_of_the_tests_keep_their_comparisons():
+    class Local(Money):  # defined inside a test function, as a marshmallow test defines its Schema
+        pass
+
+    assert build(Money, 2) == Money(2) and build(Money, 2) != Money(3)
+    assert build(Local, 2) == Local(2) and type(build(Local, 2)) is Local
 
 
 def test_honest_str_subclass_keeps_its_type():

@@ -32,6 +32,7 @@ tests renamed (composer.env.canaries); the log parser's outcomes are read back u
 
 import base64
 import functools
+import json
 import os
 import random
 import secrets
@@ -46,7 +47,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.env import canaries, patches, sandbox, tampering
+from composer.env import canaries, grading, patches, sandbox, tampering
 
 NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
 LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
@@ -180,6 +181,17 @@ class Container:
         if rc != 0:
             raise RuntimeError(f"could not write {path} in container {self.name}: {out.strip()[-300:]}")
 
+    def copy_out(self, tar_command: str, dest: Path) -> None:
+        """Extract into `dest` the tar archive that `tar_command` (bash, in the container) writes to its stdout."""
+        tar = subprocess.Popen([self.cli, "exec", self.name, "/bin/bash", "-c", tar_command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        with tarfile.open(fileobj=tar.stdout, mode="r|") as archive:
+            # tarfile's "tar" filter where Python has it; Debian 12's 3.11.2 has not, so the check is ours too
+            archive.extractall(dest, members=inside(archive, dest),
+                               **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+        if tar.wait() != 0:
+            raise RuntimeError(f"could not copy out of {self.name}: {_last_line(tar.stderr.read().decode())}")
+
     def close(self) -> None:
         """Remove the container now (idempotent)."""
         if self._proc.poll() is None:
@@ -232,14 +244,7 @@ class Workspace:
         name = image(record)
         self.repo.mkdir(parents=True)
         with Container(name, limits=limits) as source:  # the pristine tree, without .git, onto the host
-            tar = subprocess.Popen([source.cli, "exec", source.name, "tar", "-C", "/testbed", "--exclude=./.git",
-                                    "-cf", "-", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            with tarfile.open(fileobj=tar.stdout, mode="r|") as archive:
-                # tarfile's "tar" filter where Python has it; Debian 12's 3.11.2 has not, so the check is ours too
-                archive.extractall(self.repo, members=inside(archive, self.repo),
-                                   **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
-            if tar.wait() != 0:
-                raise RuntimeError(f"could not copy /testbed out of {name}: {_last_line(tar.stderr.read().decode())}")
+            source.copy_out("tar -C /testbed --exclude=./.git -cf - .", self.repo)
         self.container = Container(name, limits=limits, mounts={self.repo: "/testbed"})
 
     def run_tests(self, test_ids: list[str], *, timeout_s: float) -> sandbox.TestRun:
@@ -289,7 +294,9 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     start = script.index(f": '{START_TEST_OUTPUT}'")
     env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]  # activate, cd, variables
     test_ids = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
+    pytest = "pytest" in _test_command(record)
     with Container(image(record), limits=limits) as box:
+        known = _base_classes(box) if pytest else []
         before = {p: box.read(f"/testbed/{p}") for p in changed}
         box.write("/tmp/patch.diff", patch.encode())
         for apply in GIT_APPLY_CMDS:
@@ -304,15 +311,16 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
             return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
         box.write("/eval_setup.sh", _script(script[:start]))
         rc, output, timed_out = box.exec("/bin/bash /eval_setup.sh", timeout_s=timeout_s, workdir="/")
-        planted = None
-        if not timed_out and "pytest" in _test_command(record):
+        planted, plain = None, []
+        if not timed_out and pytest:
             files = {f: box.read(f"/testbed/{f}") for f in dict.fromkeys(t.split("::")[0] for t in test_ids)}
             planted = canaries.plant({f: b.decode("utf-8", "surrogateescape") for f, b in files.items() if b},
                                      spec.FAIL_TO_PASS, spec.PASS_TO_PASS, random.Random(secrets.randbits(64)))
             for f, text in planted.files.items():
                 box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
+            plain = _plain_values(box, known)
         if not timed_out:
-            box.write("/eval_run.sh", _script(env + script[start:]))
+            box.write("/eval_run.sh", _script(env + plain + script[start:]))
             rc, run_output, timed_out = box.exec("/bin/bash /eval_run.sh", timeout_s=timeout_s, workdir="/")
             output += run_output
     if timed_out:
@@ -322,7 +330,63 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
         report["error"] = f"the eval script stopped before its tests ended: {_last_line(output)}"
         return report
     graded, report["tampering"]["forged"] = _graded(spec, record, output, planted)
+    if pytest:  # on, or why not
+        report["tampering"]["plain_values"] = next(("off: " + line.split(PLAIN_OFF, 1)[1]
+                                                    for line in output.splitlines() if line.startswith(PLAIN_OFF)),
+                                                   "on")
     return {**report, **graded}
+
+
+# Loaded with -p by a pytest instance's grading run: the values the tests compare made plain
+# (composer/env/plain_values.py), as the sandbox's outcome plugin does for embedded tasks; the outcomes still come
+# from the harness's log parser. The base's classes come in a file (a large repository's list is past what one
+# environment variable may hold). Where the image's Python cannot import the module (it is imported before any code
+# of the repository runs, so only the image decides that), the run goes on without the layer and says so
+# (PLAIN_OFF), and grading reports it off: an image's Python must not fail an honest fix.
+PLAIN_OFF = "composer: plain values off: "
+PLAIN_PLUGIN = """import importlib, os, sys
+
+try:
+    with open(os.environ.pop("COMPOSER_PLAIN_KNOWN_FILE")) as _f:
+        os.environ["COMPOSER_SANDBOX_KNOWN_CLASSES"] = _f.read()
+    _PLAIN = importlib.import_module(os.environ.pop("COMPOSER_PLAIN_MODULE"))
+except Exception as e:
+    _PLAIN = None
+    sys.stderr.write("%s%s: %s\\n" % (""" + repr(PLAIN_OFF) + """, type(e).__name__, str(e)[:200]))
+
+
+def pytest_collection_modifyitems(config, items):
+    if _PLAIN is not None:
+        _PLAIN.guard_modules()
+
+
+def pytest_runtest_setup(item):
+    if _PLAIN is not None:
+        _PLAIN.guard_modules()
+"""
+
+
+def _base_classes(box: Container) -> list[str]:
+    """composer.env.grading.defined_classes of the container's /testbed as it is now (the base commit)."""
+    with tempfile.TemporaryDirectory(prefix="composer-base-") as tmp:
+        box.copy_out("cd /testbed && find . -name '*.py' -not -path './.git/*' -print0 | tar --null -T - -cf -",
+                     Path(tmp))
+        return grading.defined_classes(Path(tmp))
+
+
+def _plain_values(box: Container, known: list[str]) -> list[str]:
+    """Write the plain-values plugin into the container under names of this grading's own (nothing of the
+    repository's can shadow them) and return the eval script's lines that load it."""
+    suffix = secrets.token_hex(6)
+    folder, plugin, module = f"/tmp/composer-plain-{suffix}", f"_composer_plain_plugin_{suffix}", \
+        f"{sandbox.PLAIN_NAME}_{suffix}"
+    box.exec(f"mkdir -p {folder}", timeout_s=60, workdir="/")
+    box.write(f"{folder}/{plugin}.py", PLAIN_PLUGIN.encode())
+    box.write(f"{folder}/{module}.py", sandbox.PLAIN_VALUES.encode())
+    box.write(f"{folder}/known.json", json.dumps(sorted(known)).encode())
+    return [f'export PYTHONPATH={folder}${{PYTHONPATH:+:$PYTHONPATH}}',
+            f'export PYTEST_ADDOPTS="-p {plugin}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"',
+            f"export COMPOSER_PLAIN_KNOWN_FILE={folder}/known.json COMPOSER_PLAIN_MODULE={module}"]
 
 
 def _script(commands: list[str]) -> bytes:

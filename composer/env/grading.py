@@ -11,8 +11,11 @@ So a grading run (composer.env.swebench.evaluate) takes from the agent only the 
 configuration of the test run: `steers_tests` names the rest (conftest.py anywhere; pytest.ini, .pytest.ini,
 tox.ini, setup.cfg, pyproject.toml; *.pth; sitecustomize.py and usercustomize.py; compiled files (*.pyc, *.pyo,
 __pycache__/), which Python would load instead of the source the scan reads; test files by pytest's default
-naming and anything under a tests/ or testing/ folder; the task's test_patch files). Those come from the base
-commit and the test patch, and every one the agent changed is listed as "reset". The sandbox
+naming; the task's test_patch files and every file in a folder that holds one of them: the tests' own helpers and
+fixtures). Those come from the base commit and the test patch, and every one the agent changed is listed as
+"reset". A folder's name alone decides nothing: in real repositories `django/test/`, `sympy/testing/`,
+`lib/matplotlib/testing/` and `astropy/tests/` are library source the library itself imports, and a fix there is
+graded with its change applied. The sandbox
 (composer.env.sandbox) pins pytest's configuration file, rootdir and confcutdir, so nothing outside the copy
 steers the run either, and grading always runs cold in a fresh sandbox on a fresh copy, so nothing a run_tests
 call left behind is there.
@@ -28,17 +31,18 @@ from pathlib import Path, PurePosixPath
 
 CONFIG_NAMES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
                           "sitecustomize.py", "usercustomize.py"})
-TEST_DIRS = frozenset({"tests", "test", "testing"})
 
 
 def steers_tests(path: str, test_paths=frozenset()) -> bool:
-    """Whether `path` (repo-relative, posix) is a test or configures the test run: always taken from the base."""
+    """Whether `path` (repo-relative, posix) is a test or configures the test run: always taken from the base.
+    `test_paths`: the task's test files (its test_patch's); a file beside one of them (below the repository's top
+    folder, which holds the library's own files too) is the tests' own."""
     p = PurePosixPath(path)
     name = p.name
     return (path in test_paths or name in CONFIG_NAMES or name.endswith((".pth", ".pyc", ".pyo"))
             or "__pycache__" in p.parts
             or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
-            or any(part in TEST_DIRS for part in p.parts[:-1]))
+            or p.parent in {PurePosixPath(t).parent for t in test_paths} - {PurePosixPath(".")})
 
 
 def _name(header: str) -> str | None:
@@ -92,7 +96,11 @@ def defined_classes(repo: Path) -> list[str]:
             tree = ast.parse(path.read_bytes())
         except (SyntaxError, ValueError):
             continue
-        module = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        # the name Python imports it by: a src/ or lib/ folder that is no package holds the packages (marshmallow,
+        # pytest, matplotlib)
+        top, _, rest = rel.partition("/")
+        layout = top in ("src", "lib") and rest and not (Path(repo) / top / "__init__.py").exists()
+        module = (rest if layout else rel).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
         stack = [(node, "") for node in tree.body]
         while stack:
             node, prefix = stack.pop()

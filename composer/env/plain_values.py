@@ -11,9 +11,11 @@ subclass of a builtin value type (int, float, complex, str, bytes, list, tuple, 
 any of its behaviour through a method the repository defined or re-pointed: it becomes the builtin value it holds,
 read through the builtin type's own methods (captured here, before any code of the repository runs), its items
 made plain in turn. Subclasses that only add fields or reuse the library's own methods (namedtuples, enums,
-Counter) keep their type. A value of a class that the base commit does not define (COMPOSER_SANDBOX_KNOWN_CLASSES:
-"module:qualname" of each class in its source files) and that has comparison or conversion methods of its own, and
-unittest.mock's objects that equal anything, become a value that equals nothing. The library's classes are those
+Counter) keep their type. A value of a class that neither the base commit (COMPOSER_SANDBOX_KNOWN_CLASSES:
+"module:qualname" of each class in its source files) nor a test module defines, and that has comparison or
+conversion methods of its own, and unittest.mock's objects that equal anything, become a value that equals
+nothing. A class posing as a test module's (its `__module__` set to that name) passes as one: the syntax scan names
+such a class (composer.env.tampering), and the canaries see what it forges. The library's classes are those
 that existed when this module was imported, before any code of the repository ran. What this cannot see (a
 changed comparison method of a class the base has, code that rebinds the tests' names, modules first imported
 inside a test) the canaries and the syntax scan catch (composer.env.canaries, composer.env.tampering).
@@ -38,7 +40,8 @@ _object_dict = object.__getattribute__
 _HEAPTYPE = 1 << 9
 _FunctionType, _GeneratorType, _ModuleType = types.FunctionType, types.GeneratorType, types.ModuleType
 _COPY = {
-    int: int.__int__, float: float.__float__, str: str.__str__, bytes: bytes.__bytes__,
+    int: int.__int__, float: float.__float__, str: str.__str__,
+    bytes: lambda v: bytes.__getitem__(v, slice(None)),  # not bytes.__bytes__: Python 3.11+, and real images run older
     complex: lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v)),
     list: list.copy, dict: dict.copy, set: set.copy, frozenset: frozenset.copy,
     tuple: lambda v: tuple.__getitem__(v, slice(None)),
@@ -97,6 +100,17 @@ _LIBRARY = _classes()
 _KNOWN = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_KNOWN_CLASSES", "[]")))  # "module:qualname"
 
 
+def _known(cls) -> bool:
+    """A class of the base commit's source, or one a test module defined (the tests come from the base and the test
+    patch: real test suites define classes of their own, a Schema subclass inside a test function)."""
+    module = _type_module(cls)
+    if f"{module}:{_type_qualname(cls)}" in _KNOWN:
+        return True
+    module = sys.modules.get(module)
+    path = module.__dict__.get("__file__") if isinstance(module, _ModuleType) else None
+    return _inside(path) and _test_side(path)
+
+
 def _library_class(cls) -> bool:
     """A class that no code of the repository made: builtin, or there before the repository's code ran (a class
     that only says it comes from elsewhere, by its __module__, is the repository's)."""
@@ -147,8 +161,7 @@ def plain(value, _seen=None):
         mocks = _mock_types()
         if mocks and any(m in _type_mro(cls) for m in mocks):
             return _Unequal()
-        if not _library_class(cls) and f"{_type_module(cls)}:{_type_qualname(cls)}" not in _KNOWN \
-                and _rigged(cls, object):
+        if not _library_class(cls) and not _known(cls) and _rigged(cls, object):
             return _Unequal()  # a class the base does not define, with comparisons of its own
         if cls in _guarded_classes:
             _plain_attributes(value, seen)
