@@ -4,7 +4,8 @@
     result = ab.compare(a_outcomes, b_outcomes)   # each: seeds x tasks x samples of 0/1
     result["diff"]                 # CI of pass@1(B) - pass@1(A): crossed t, seeds and tasks both random
     result["verdict"]              # VALIDATED / INVALIDATED / INCONCLUSIVE by `verdict`
-    result["mde"]                  # the true B - A this design detects (interval above 0) with 80% power
+    result["mde"]                  # the true B - A this design detects (interval above 0) with 80% power,
+                                   # the variance taken at that B - A
     result["tasks_needed"]         # when INCONCLUSIVE: tasks per seed at which the mde would be min_effect
 
 Outcomes are paired three ways, as the A/B design makes them: seed i of every arm starts from the same
@@ -17,10 +18,12 @@ new training seed and a new task set are what a result must hold for), and the m
 design's two factor mean squares with Satterthwaite df (`stats.crossed_t_interval`). With 3 seeds its df are few,
 and the t quantile is what keeps the coverage: a bootstrap over 3 seeds covered 82-84 % at a nominal 95 %, and
 treating every cell as an independent pair understated the spread 1.3-2.9x. The minimum detectable effect and the
-tasks (or seeds) needed come from the same variance components, projected onto another design, with the
-estimated standard error unbiased (`stats.crossed_detectable_effect`). Checked by simulation in tests/test_ab.py
-under an additive and a logistic generative model: the low end above 0 in at most 3 % of experiments with no
-effect, and at least 75 % at the mean reported mde.
+tasks (or seeds) needed come from the same variance components, projected onto another design and onto the effect
+(`components_at`: the variance of B - A grows as B's pass rate moves toward 1/2, the arms' own rates say how much),
+with the estimated standard error unbiased (`stats.crossed_detectable_effect_at`). The variance with no effect
+promised 80 % power where simulated experiments at the reported mde detected it 68 % of the time (logistic model,
+pass@1 ~0.12). Checked by simulation in tests/test_ab.py under an additive and a logistic generative
+model: the low end above 0 in at most 3 % of experiments with no effect, and at least 78 % at the mean reported mde.
 
 The rule: VALIDATED when the estimate is at least `min_effect` (2 points) and the interval's
 low end is above 0; INVALIDATED when the interval's high end is below `min_effect`; else INCONCLUSIVE.
@@ -106,12 +109,43 @@ def _needed(detectable, effect: float, start: int, limit: int) -> int | None:
     return high
 
 
-def design_needed(components: dict, effect: float, *, alpha: float = 0.05, power: float = 0.8) -> dict:
+def _bernoulli(p: float) -> float:
+    p = min(max(p, 0.0), 1.0)
+    return p * (1 - p)
+
+
+def components_at(components: dict, effect: float, pass_a: float, pass_b: float) -> dict:
+    """B - A's variance components (stats.crossed_components) at a true difference `effect`, from those observed
+    with the arms at pass@1 pass_a and pass_b. Each arm's share of a component is taken as proportional to its own
+    variance at its rate, the same for both arms when observed: p(1 - p) for the sampling residual (binomial), its
+    square for the seed and task terms (a training seed's or a task's effect on the logit scale reaches pass@1
+    through the slope p(1 - p)). At the effect the arms are at pass_a and pass_a + effect, so each component is
+    multiplied by w(pass_a) + w(pass_a + effect) over w(pass_a) + w(pass_b); never by less than 1 (the variance is
+    not taken to fall with the effect, as it would past a rate of 1/2)."""
+    def grow(w) -> float:
+        observed = w(pass_a) + w(pass_b)
+        return max(1.0, (w(pass_a) + w(pass_a + effect)) / observed) if observed > 0 else 1.0
+
+    residual, factor = grow(_bernoulli), grow(lambda p: _bernoulli(p) ** 2)
+    out = {**components, "residual": components["residual"] * residual,
+           **{k: components[k] * factor for k in ("seed", "task") if components[k] is not None}}
+    extra = components["residual"] * (residual - 1)  # each mean square holds the residual once, and its factor's term
+    if "ms_seed" in components:
+        out["ms_seed"] = components["ms_seed"] + extra + components["tasks"] * components["seed"] * (factor - 1)
+        out["ms_task"] = components["ms_task"] + extra + components["seeds"] * components["task"] * (factor - 1)
+    return out
+
+
+def design_needed(components: dict, effect: float, *, alpha: float = 0.05, power: float = 0.8,
+                  pass_rates: tuple[float, float] | None = None) -> dict:
     """What would detect `effect` (the interval above 0 with `power`) given the observed variance components
-    (stats.crossed_components): tasks per seed at the current seeds, and seeds at the current tasks per seed;
-    None where no number does (e.g. seed-to-seed variance that more tasks cannot average away)."""
+    (stats.crossed_components), taken at the effect (components_at) when the arms' observed pass_rates (A, B) are
+    given: tasks per seed at the current seeds, and seeds at the current tasks per seed; None where no number does
+    (e.g. seed-to-seed variance that more tasks cannot average away)."""
     if effect <= 0:
         raise ValueError(f"effect must be > 0, got {effect}")
+    if pass_rates is not None:
+        components = components_at(components, effect, *pass_rates)
 
     def detectable(seeds: int, tasks: int) -> float:
         return stats.crossed_detectable_effect(components, seeds, tasks, alpha=alpha, power=power)
@@ -123,15 +157,17 @@ def design_needed(components: dict, effect: float, *, alpha: float = 0.05, power
 
 def difference(cells_a, cells_b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95) -> dict:
     """B - A over seeds x tasks cells of pass@1, compare's core (see its docstring): diff (a stats.CI), components,
-    discordance and mde."""
+    discordance and mde (at the variance of B - A at the mde: components_at, with the arms' observed pass@1)."""
     discordance = float(np.mean(cells_a != cells_b))
     if discordance == 0:  # nothing to estimate a variance from: the exact bound on the share of discordant cells
         diff = zero_discordance_interval(cells_a.size, confidence)
         return {"diff": diff, "components": None, "discordance": 0.0, "mde": diff.high}
     components = stats.crossed_components(cells_b - cells_a)
+    rates = float(cells_a.mean()), float(cells_b.mean())
     return {"diff": stats.crossed_t_interval(cells_b - cells_a, confidence=confidence), "components": components,
             "discordance": discordance,
-            "mde": stats.crossed_detectable_effect(components, alpha=1 - confidence)}
+            "mde": stats.crossed_detectable_effect_at(lambda effect: components_at(components, effect, *rates),
+                                                      alpha=1 - confidence)}
 
 
 def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n_resamples: int = 2000,
@@ -142,10 +178,11 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
     Keys: pass1 (per arm: mean and Wilson interval over all samples), diff (stats.crossed_t_interval of B - A over
     the seeds x tasks cells; with no discordant cell, `zero_discordance_interval`), components (the variance
     components behind it), per_seed (paired bootstrap CI over tasks, one per seed, conditional on it),
-    discordance (share of cells whose pass@1 differs), mde (stats.crossed_detectable_effect at this design; with no
-    discordant cell, the exact bound), verdict, seeds, tasks, tasks_needed and seeds_needed (None unless
-    INCONCLUSIVE, or when no number would do: design_needed; with no discordant cell, the tasks per seed at which
-    the exact bound would fall under min_effect).
+    discordance (share of cells whose pass@1 differs), mde (stats.crossed_detectable_effect_at this design, the
+    variance at the effect: `difference`; with no discordant cell, the exact bound), verdict, seeds, tasks,
+    tasks_needed and seeds_needed (None unless INCONCLUSIVE, or when no number would do: design_needed at the
+    variance at min_effect; with no discordant cell, the tasks per seed at which the exact bound would fall under
+    min_effect).
     No McNemar test: pooled over seeds its p-value ignores the seed clusters (p < 0.05 in 7-20 % of null runs)."""
     a, b = _outcomes(a, "a"), _outcomes(b, "b")
     if a.shape != b.shape:
@@ -159,7 +196,8 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
     decided = verdict(diff.estimate, diff.low, diff.high, min_effect)
     needed = {"tasks_per_seed": None, "seeds": None}
     if decided == "INCONCLUSIVE":
-        needed = (design_needed(core["components"], min_effect, alpha=1 - confidence) if core["components"] else
+        needed = (design_needed(core["components"], min_effect, alpha=1 - confidence,
+                                pass_rates=(float(a.mean()), float(b.mean()))) if core["components"] else
                   {"tasks_per_seed": math.ceil(cells_for_zero_discordance_bound(min_effect, confidence) / n_seeds),
                    "seeds": None})
     return {

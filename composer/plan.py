@@ -1,36 +1,19 @@
-"""GPU memory per device and GPU-hours of a live run, from stated assumptions: the tables in params/live headers.
+"""The plan of the live runs: GPU memory and hours (composer.compute) and what 004's design detects for what it costs
+(composer.power), as tables in the params/live headers, and the best design within a budget.
 
-    python -m composer plan            # the tables; exit 1 if a live YAML header does not carry its table as computed
-    python -m composer plan --write    # rewrite the tables in the headers (between the PLAN_BEGIN / PLAN_END lines)
+    python -m composer plan                          # the tables; exit 1 if a live YAML header is out of date
+    python -m composer plan --write                  # rewrite them in the headers (between PLAN_BEGIN and PLAN_END)
+    python -m composer plan --budget-usd 5000        # the design detecting the smallest B - A within $5,000
+    python -m composer plan --budget-usd 200 1000    # one row per budget: a Markdown table
+    python -m composer plan --budget-usd 5000 --effect 0.05 --pool-file tasks.jsonl --student Qwen/Qwen3-4B
 
     from composer import plan
-    plan.memory_gb(plan.MODELS["Qwen/Qwen3-8B"], Setup("lora", "colocate", 0.4, gpus=1), seq_tokens=16384)
+    plan.table("004-ab-train-grpo-vs-trace-replay-dpo", values)    # the header lines
 
-An ESTIMATE, never a measurement: every number comes from the assumptions below and the live YAML's own workload
-(student, steps, prompts, generations, max_completion_length). Memory per device, in GB (1e9 bytes):
-- training state: full fine-tuning 16 bytes per parameter (fp32 master weights 4, fp32 gradients 4, Adam's two
-  moments 8), LoRA 2 (the frozen bf16 base) plus 16 per adapter parameter (rank 16 on every linear layer:
-  LORA_SHARE of the parameters); sharded over the GPUs that train (FSDP2 full shard); a full fine-tune's frozen
-  hint teacher adds a bf16 copy (2, sharded; with LoRA the teacher is the adapter-disabled base: free);
-- activations of one sequence of seq_tokens (micro-batch 1, gradient checkpointing): each layer's input kept
-  (2 bytes x hidden), one layer recomputed (34 bytes x hidden, Korthikanti et al. 2022). The logits are never
-  whole: TRL's fused LM head scores the tokens in tiles of 4,096 tokens x 32,768 vocabulary entries (HEAD_TILE_BYTES,
-  counted in fp32);
-- the trace-replay channel (dpo_pairs per micro-batch: the trainer shares trace_replay_batch_size pairs per step and
-  process out over the step's micro-batches; the live 004 YAML gives each micro-batch one): under gradient
-  checkpointing a pair cannot run on its prompt's cache (composer.trainer.completion_token_logps), so each pair is
-  two whole sequences, chosen and rejected, counted as seq_tokens each (a pair's prompt is a step of a student
-  trace), alive in the same graph as the rollout's until the one backward, plus the full logits (6 bytes x
-  vocabulary) of their completions, one agent action of ACTION_TOKENS each; the rows assume every micro-batch
-  carries its dpo_pairs, so at micro-batch 1 they add 2 x dpo_pairs sequences of training compute per rollout;
-- vLLM: colocate reserves its memory fraction of every training GPU (the bf16 weights, unsharded at tensor
-  parallel 1, and the KV cache in the rest); server mode puts vLLM on GPUs of its own (VLLM_SERVER_GPUS of them)
-  and reserves nothing on the training GPUs;
-- RUNTIME_GB for the CUDA context, NCCL buffers and allocator fragmentation.
-GPU-hours per arm and seed: generation (the rollouts' tokens at GEN_TOKENS_PER_S per vLLM GPU), training (6 x
-parameters x trained tokens FLOPs, 8 with a hint teacher's forward, and 6 x parameters x the DPO pairs' tokens, at
-MFU of PEAK_FLOPS per GPU), grading
-(GRADING_S per rollout over GRADERS containers at once), each step in turn; times every GPU the run holds.
+ESTIMATES from the assumptions composer/compute.py and composer/power.py state, never measurements. The search
+varies the treatment too (student, full or LoRA, steps, rollouts, turns and context): its best design is often a
+different, cheaper experiment than the live profile's, and the output says what differs; the live profile's own
+design and the best design that keeps its treatment are printed beside it.
 """
 
 import argparse
@@ -39,139 +22,34 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from composer import compute, power
+from composer.compute import GPUS, SETUPS, VLLM_SERVER_GPUS, gpu_hours, memory_gb, workload
+from composer.compute import MODELS  # noqa: F401 (plan.MODELS, .gpu_hours, .workload: what tests/test_slurm.py reads)
 from composer.paths import ROOT
-
-GPU_GB = 80.0  # H100 80 GB
-PEAK_FLOPS = 989e12  # H100 SXM dense bf16
-MFU = 0.40
-RUNTIME_GB = 3.0
-LORA_SHARE = 0.005  # adapter parameters over model parameters at rank 16 on every linear layer (Qwen3-8B: ~0.5 %)
-FILL = 0.6  # the share of max_completion_length an agentic rollout uses on average
-GRADING_S = 60.0  # one submission's container grading on a real repository
-GRADERS = 32  # containers grading at once (CPU cores of the node)
-VLLM_SERVER_GPUS = 1  # GPUs given to `trl vllm-serve` in server mode
-BYTES_PER_GB = 1e9
-HEAD_TILE_BYTES = 4096 * 32768 * 4  # TRL 1.16's fused LM head: one [4,096 tokens, 32,768 vocabulary] tile, fp32
-ACTION_TOKENS = 512  # a DPO pair's completion: one agent action (an assumption)
 
 PLAN_BEGIN = "# --- plan: python -m composer plan --write (computed by composer/plan.py; do not edit) ---"
 PLAN_END = "# --- end of plan ---"
-
-
-@dataclass(frozen=True)
-class Model:
-    params_b: float  # billions of parameters
-    layers: int
-    hidden: int
-    vocab: int
-    kv_bytes_per_token: int  # 2 (K, V) x layers x KV heads x head dim x 2 bytes
-    gen_tokens_per_s: float  # vLLM decoding throughput per GPU with batched requests (an assumption)
-
-
-MODELS = {
-    "Qwen/Qwen3-8B": Model(8.19, 36, 4096, 151_936, 2 * 36 * 8 * 128 * 2, 2_500.0),
-}
-
-
-@dataclass(frozen=True)
-class Setup:
-    mode: str  # "full" | "lora"
-    vllm: str  # "colocate" | "server" | "none" (transformers generation)
-    vllm_fraction: float  # colocate: vllm_gpu_memory_utilization
-    gpus: int  # GPUs the run holds (server mode: VLLM_SERVER_GPUS of them serve, the rest train)
-    hint_teacher: bool = False  # ComposerTrainer's frozen hint teacher (a forward per step)
-    dpo_pairs: int = 0  # the trace-replay channel's pairs per micro-batch (0: channel off)
-
-    def __post_init__(self):
-        if self.mode not in ("full", "lora"):
-            raise ValueError(f"mode {self.mode!r}: 'full' or 'lora'")
-        if self.vllm not in ("colocate", "server", "none"):
-            raise ValueError(f"vllm {self.vllm!r}: 'colocate', 'server' or 'none'")
-        if not 0 <= self.vllm_fraction < 1 or (self.vllm == "colocate") != (self.vllm_fraction > 0):
-            raise ValueError(f"vllm_fraction {self.vllm_fraction}: in (0, 1) with colocate, 0 otherwise")
-        if self.gpus < 1 or (self.vllm == "server" and self.gpus <= VLLM_SERVER_GPUS):
-            raise ValueError(f"gpus {self.gpus}: at least 1, and more than {VLLM_SERVER_GPUS} in server mode")
-        if self.dpo_pairs < 0:
-            raise ValueError(f"dpo_pairs {self.dpo_pairs}: 0 (no trace-replay channel) or more")
-
-    @property
-    def training_gpus(self) -> int:
-        return self.gpus - VLLM_SERVER_GPUS if self.vllm == "server" else self.gpus
-
-
-def memory_gb(model: Model, setup: Setup, *, seq_tokens: int) -> dict:
-    """GB per training GPU, by part, and whether it fits in GPU_GB (see the module doc)."""
-    p = model.params_b * 1e9
-    state = 16 * p if setup.mode == "full" else 2 * p + 16 * LORA_SHARE * p
-    if setup.hint_teacher and setup.mode == "full":
-        state += 2 * p
-    sequences = 1 + 2 * setup.dpo_pairs  # the rollout, and each pair's chosen and rejected
-    activations = (sequences * seq_tokens * (model.layers * 2 * model.hidden + 34 * model.hidden) + HEAD_TILE_BYTES
-                   + 2 * setup.dpo_pairs * ACTION_TOKENS * 6 * model.vocab)
-    parts = {"training_state": state / setup.training_gpus / BYTES_PER_GB,
-             "activations": activations / BYTES_PER_GB,
-             "vllm": setup.vllm_fraction * GPU_GB,
-             "runtime": RUNTIME_GB}
-    total = sum(parts.values())
-    # colocated vLLM must hold the whole bf16 model and one sequence's KV cache inside its fraction
-    vllm_room = setup.vllm != "colocate" or parts["vllm"] >= (2 * p + seq_tokens * model.kv_bytes_per_token) / BYTES_PER_GB
-    return {**parts, "total": total, "fits": total <= GPU_GB and vllm_room, "vllm_holds_model": vllm_room}
-
-
-def gpu_hours(model: Model, setup: Setup, *, steps: int, rollouts_per_step: int, tokens_per_rollout: float) -> dict:
-    """Hours of one training run (one arm, one seed) and GPU-hours (see the module doc)."""
-    tokens = rollouts_per_step * tokens_per_rollout
-    serving = VLLM_SERVER_GPUS if setup.vllm == "server" else setup.gpus
-    generate_s = tokens / (model.gen_tokens_per_s * serving)
-    dpo_tokens = tokens * 2 * setup.dpo_pairs  # every micro-batch of one rollout trains dpo_pairs pairs
-    flops = ((8 if setup.hint_teacher else 6) * tokens + 6 * dpo_tokens) * model.params_b * 1e9
-    train_s = flops / (MFU * PEAK_FLOPS * setup.training_gpus)
-    grade_s = math.ceil(rollouts_per_step / GRADERS) * GRADING_S
-    step_s = generate_s + train_s + grade_s
-    hours = steps * step_s / 3600
-    return {"generate_s": generate_s, "train_s": train_s, "grade_s": grade_s, "step_s": step_s, "hours": hours,
-            "gpu_hours": hours * setup.gpus}
-
-
-# The rows of each live profile's table: setups a researcher would try, chosen to show what fits.
-SETUPS = {
-    "002a-trace-collection-trl": [Setup("full", "colocate", 0.4, 1), Setup("lora", "colocate", 0.4, 1),
-                                  Setup("full", "colocate", 0.4, 8)],
-    # arm B (the trace-replay channel; A is the same without it), at the YAML's pairs per micro-batch
-    "004-ab-train-grpo-vs-trace-replay-dpo": [Setup("lora", "colocate", 0.4, 1, dpo_pairs=1),
-                                              Setup("lora", "server", 0, 2, dpo_pairs=1),
-                                              Setup("full", "colocate", 0.4, 8, dpo_pairs=1),
-                                              Setup("full", "server", 0, 8, dpo_pairs=1),
-                                              Setup("full", "server", 0, 8, dpo_pairs=2)],
-}
-
-
-def workload(values: dict) -> dict:
-    """Model, steps, rollouts per step and sequence length of a live profile's parameters."""
-    per_step = values.get("prompts_per_step") or values["n_prompts"] // values["steps"]
-    return {"model": values["student"], "steps": values["steps"], "rollouts_per_step": per_step * values["generations"],
-            "seq_tokens": values["max_completion_length"],
-            "tokens_per_rollout": FILL * values["max_completion_length"]}
+LIVE_004 = "004-ab-train-grpo-vs-trace-replay-dpo"
 
 
 def table(slug: str, values: dict) -> list[str]:
     """The header lines of one live profile's plan (comment lines, PLAN_BEGIN to PLAN_END)."""
     w = workload(values)
-    model = MODELS[w["model"]]
+    model = compute.model(w["model"])
     lines = [PLAN_BEGIN,
-             f"# {w['model']}: {w['steps']} steps x {w['rollouts_per_step']} rollouts, sequences up to {w['seq_tokens']} "
-             f"tokens (~{w['tokens_per_rollout']:.0f} per rollout); GPUs of {GPU_GB:.0f} GB; ESTIMATES (module doc).",
+             f"# {w['model']}: {w['steps']} steps x {w['rollouts_per_step']} rollouts, sequences up to "
+             f"{w['seq_tokens']} tokens (~{w['tokens_per_rollout']:.0f} in ~{w['turns']:.0f} turns a rollout); GPUs of "
+             f"{GPUS['H100'].memory_gb:.0f} GB; ESTIMATES (composer/compute.py); environment serial per process.",
              "# | mode | vLLM (memory fraction) | GPUs | GB per training GPU (state + activations + vLLM + runtime) "
-             "| fits | hours | GPU-hours per arm and seed |"]
+             "| fits | step s (generate + tools + grade + train) | hours | GPU-hours per arm and seed |"]
     for setup in SETUPS[slug]:
         mem = memory_gb(model, setup, seq_tokens=w["seq_tokens"])
         cost = gpu_hours(model, setup, steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
-                         tokens_per_rollout=w["tokens_per_rollout"])
+                         tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
         vllm = {"colocate": f"colocate ({setup.vllm_fraction})", "server": f"server ({VLLM_SERVER_GPUS} GPU)",
                 "none": "none"}[setup.vllm]
         fits = "yes" if mem["fits"] else "no" + ("" if mem["vllm_holds_model"] else " (vLLM's share < the model)")
@@ -179,11 +57,22 @@ def table(slug: str, values: dict) -> list[str]:
             f" + DPO ({setup.dpo_pairs} pair{'s' if setup.dpo_pairs > 1 else ''})" if setup.dpo_pairs else "")
         lines.append(f"# | {setup.mode}{extras} | {vllm} | {setup.gpus} | "
                      f"{mem['total']:.1f} ({mem['training_state']:.1f} + {mem['activations']:.1f} + "
-                     f"{mem['vllm']:.1f} + {mem['runtime']:.1f}) | {fits} | {cost['hours']:.2f} | "
-                     f"{cost['gpu_hours']:.1f} |")
-    if slug == "004-ab-train-grpo-vs-trace-replay-dpo":
-        from composer import power
-        lines += power.lines(values)
+                     f"{mem['vllm']:.1f} + {mem['runtime']:.1f}) | {fits} | {cost['step_s']:,.0f} "
+                     f"({cost['generate_s']:,.0f} + {cost['tools_s']:,.0f} + {cost['grade_s']:,.0f} + "
+                     f"{cost['train_s']:,.0f}) | {cost['hours']:.2f} | {cost['gpu_hours']:.1f} |")
+    if slug == LIVE_004:
+        setup = power.fitting_setups(values)[0]
+        at = dict(steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
+                  tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
+        serial, concurrent = gpu_hours(model, setup, **at), gpu_hours(model, setup, **at, concurrent_tools=True)
+        cache = compute.kv_tokens(model, GPUS[setup.gpu], compute.VLLM_MEMORY)
+        lines += [f"# At the live setup ({setup.gpus} GPUs, vLLM {setup.vllm}) a step's "
+                  f"{serial['episodes_per_engine']} episodes share one engine's KV cache ({cache:,.0f} tokens): "
+                  f"{serial['batch_last']} contexts at once by the last turn, each turn re-prefilled once they "
+                  f"outgrow it ({serial['prefill_s']:,.0f} s prefill, {serial['decode_s']:,.0f} s decode a step). "
+                  f"With the environment concurrent (concurrent_tools) a step would take "
+                  f"{concurrent['step_s']:,.0f} s: {concurrent['gpu_hours']:,.0f} GPU-hours per arm and seed."
+                  ] + power.lines(values)
     return lines + [PLAN_END]
 
 
@@ -203,14 +92,19 @@ def render(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    from composer import power
     defaults = power.Assumptions()
     parser = argparse.ArgumentParser(prog="python -m composer plan", description=__doc__.split("\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite the plan blocks of params/live/*.yaml")
-    parser.add_argument("--budget-usd", type=float, help="print the live 004 design that detects the smallest B - A "
-                        "within this many dollars (composer/power.py), JSON last")
-    parser.add_argument("--effect", type=float, default=0.02, help="with --budget-usd, also the cheapest design that "
-                        "detects this B - A (default 0.02)")
+    parser.add_argument("--budget-usd", type=float, nargs="+", help="print the design that detects the smallest "
+                        "B - A within this many dollars (composer/power.py), JSON last; several budgets: a table")
+    parser.add_argument("--effect", type=float, help="with --budget-usd, also the cheapest design that detects this "
+                        "B - A")
+    parser.add_argument("--pool-file", help="with --budget-usd, evaluate on this file's records (.json, .jsonl, "
+                        ".parquet) instead of the named pools")
+    parser.add_argument("--student", action="append", help=f"with --budget-usd, search only this student "
+                        f"(repeatable; default {', '.join(power.STUDENTS)})")
+    parser.add_argument("--concurrent-tools", action="store_true", help="with --budget-usd, the environment runs "
+                        "its episodes' tool calls and gradings concurrently (default: serially per process, as today)")
     for name, value in vars(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=value,
                             help=f"power assumption (composer/power.py; default {value})")
@@ -232,28 +126,94 @@ def main(argv=None) -> int:
     return 1 if stale else 0
 
 
+def _pools(pool_file: str | None) -> dict | None:
+    """The test pool of --pool-file (its records, as 004 would read them), or None for power.POOLS."""
+    if pool_file is None:
+        return None
+    from composer.env import swebench  # the task loader and its validation: only for this option
+
+    tasks = len(swebench.load_instances(pool_file))
+    if tasks < 2:
+        raise ValueError(f"{tasks} record(s): a design needs at least 2 test tasks")
+    return {pool_file: (tasks, f"the records of {pool_file}", "tasks apart from them")}
+
+
+def differences(d: dict, live: dict) -> list[str]:
+    """What of a design's treatment differs from the live profile's, in words ("" when nothing does)."""
+    names = {"student": "student", "mode": "fine-tuning", "steps": "steps", "rollouts_per_step": "rollouts per step",
+             "max_turns": "turns", "max_tokens": "tokens"}
+    return [f"{label} {d[k]} (live: {live[k]})" for k, label in names.items() if d[k] != live[k]]
+
+
 def _budget(args, assumptions) -> int:
-    from composer import power
-    if not args.budget_usd > 0:
-        print(f"--budget-usd must be > 0, got {args.budget_usd}", file=sys.stderr)
+    bad = [b for b in args.budget_usd if not b > 0]
+    if bad or (args.effect is not None and not args.effect > 0):
+        what = f"--budget-usd must be > 0, got {bad[0]:g}" if bad else f"--effect must be > 0, got {args.effect:g}"
+        print(f"{what}: dollars (e.g. --budget-usd 5000) and a B - A in pass@1 (e.g. --effect 0.05)", file=sys.stderr)
         return 2
-    values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
-    found = power.best(args.budget_usd, values, assumptions, effect=args.effect)
-    own = power.design(values, assumptions)
-    print(f"assumptions: {json.dumps(dataclasses.asdict(assumptions))} (composer/power.py)")
-    print(f"the live profile's design: {own['seeds']} seeds x {own['tasks']} tasks ({own['pool']}) x {own['samples']} "
-          f"samples, mde {own['mde']:.3f}, ${own['usd']:,.0f}")
-    if found is None:
-        print(f"no design fits ${args.budget_usd:,.0f}: the cheapest costs more")
+    students = tuple(args.student or power.STUDENTS)
+    try:
+        for name in students:
+            compute.model(name)
+    except ValueError as e:
+        print(f"--student: {e}", file=sys.stderr)
+        return 2
+    try:
+        pools = _pools(args.pool_file)
+    except (OSError, ValueError) as e:
+        print(f"--pool-file {args.pool_file}: {e}", file=sys.stderr)
+        return 2
+    values = yaml.safe_load((ROOT / "params/live" / f"{LIVE_004}.yaml").read_text())
+    found = {b: power.search(b, values, assumptions, effect=args.effect, pools=pools, students=students,
+                             concurrent_tools=args.concurrent_tools) for b in args.budget_usd}
+    live = next(iter(found.values()))["live"]
+    print(f"assumptions: {json.dumps(dataclasses.asdict(assumptions))} (composer/power.py); the environment "
+          + ("concurrent (concurrent_tools)" if args.concurrent_tools else "serial per process (today's code)"))
+    print(f"the live profile's design: {power.describe(live)}")
+    if len(args.budget_usd) > 1:
+        print("\n| budget | best design within it: treatment; arms, seeds x tasks x samples | mde | GPU-hours | cost "
+              "| with the live profile's treatment |\n|---|---|---|---|---|---|")
+        for b, r in found.items():
+            d, same = r["best"], r["best_same_treatment"]
+            other = " (a different experiment)" if d and differences(d, r["live"]) else ""
+            row = (f"{brief(d)}{other} | {d['mde']:.3f} | {d['gpu_hours']:,.0f} | ${d['usd']:,.0f}" if d else
+                   f"nothing: the cheapest design costs ${r['cheapest']['usd']:,.0f} | | |")
+            print(f"| ${b:,.0f} | {row} | " + (f"{brief(same, treatment=False)}: mde {same['mde']:.3f}, "
+                                                f"${same['usd']:,.0f}" if same else _same_text(r, b)) + " |")
     else:
-        print(f"best within ${args.budget_usd:,.0f}: {found['mode']} ({found['gpus']} GPUs, vLLM {found['vllm']}), "
-              f"{found['steps']} steps, {found['seeds']} seeds x {found['tasks']} tasks ({found['pool']}: "
-              f"{power.POOLS[found['pool']][1]}) x {found['samples']} samples: detects B - A >= {found['mde']:.3f} "
-              f"with 80 % power for ${found['usd']:,.0f}")
-        cheapest = found["cheapest_for_effect"]
-        print(f"to detect {args.effect}: " + (f"{cheapest['seeds']} seeds x {cheapest['tasks']} tasks ({cheapest['pool']}) "
-                                              f"x {cheapest['samples']} samples, ${cheapest['usd']:,.0f}" if cheapest
-                                              else "no design in the grid"))
+        [(b, r)] = found.items()
+        print(f"best within ${b:,.0f}: {_best_text(r, b)}")
+        print(f"best within ${b:,.0f} with the live profile's treatment: {_same_text(r, b)}")
+        if args.effect is not None:
+            c, same = r["cheapest_for_effect"], r["cheapest_for_effect_same_treatment"]
+            print(f"to detect {args.effect:g}: " + (power.describe(c) if c else "no design in the search does")
+                  + "; with the live profile's treatment: " + (power.describe(same) if same else "none does"))
+    print("(the assumptions were measured on agents that solve 20-70 % of SWE-bench; a student that solves almost "
+          "none, as small Qwen3s may, has less to disagree on and less room to move: measure its pass@1 first)")
     print(json.dumps({"budget_usd": args.budget_usd, "assumptions": dataclasses.asdict(assumptions),
-                      "live_design": own, "best": found}))
+                      "concurrent_tools": args.concurrent_tools, "live_design": live,
+                      "results": [{k: v for k, v in r.items() if k != "live"} for r in found.values()]}))
     return 0
+
+
+def brief(d: dict, *, treatment: bool = True) -> str:
+    """A design in a table cell: its treatment (optional), arms and seeds x tasks x samples."""
+    what = (f"{d['student'].split('/')[-1]} {d['mode']}, {d['steps']} steps x {d['rollouts_per_step']} rollouts, "
+            f"{d['max_turns']} turns / {d['max_tokens'] // 1024}k tokens; " if treatment else "")
+    return f"{what}{len(d['arms'])} arms, {d['seeds']} x {d['tasks']} ({d['pool']}) x {d['samples']}"
+
+
+def _best_text(r: dict, budget: float) -> str:
+    d = r["best"]
+    if d is None:
+        return f"nothing: the cheapest design costs ${r['cheapest']['usd']:,.0f} ({power.describe(r['cheapest'])})"
+    changed = differences(d, r["live"])
+    return power.describe(d) + (f"; a different experiment from the live profile's: {', '.join(changed)}" if changed
+                                else "; the live profile's treatment")
+
+
+def _same_text(r: dict, budget: float) -> str:
+    d, cheapest = r["best_same_treatment"], r["cheapest_same_treatment"]
+    if d is not None:
+        return power.describe(d)
+    return f"none within ${budget:,.0f}: its cheapest design costs ${cheapest['usd']:,.0f}" if cheapest else "none fits"

@@ -1,38 +1,45 @@
 """What a live A/B design (spike 004) can detect and what it costs, before anyone pays for it.
 
     python -m composer plan                       # with the memory tables: the live 004 design's mde and dollars
-    python -m composer plan --budget-usd 20000    # the design detecting the smallest B - A within $20,000
+    python -m composer plan --budget-usd 5000     # the design detecting the smallest B - A within $5,000
 
     from composer import power
-    power.mde(seeds=3, tasks=103, samples=4)      # 0.06: the true B - A that 3 x 103 x 4 detects with 80 % power
-    power.best(20_000)                            # {"mde": ..., "usd": ..., "seeds": ..., "pool": ..., ...}
+    power.mde(seeds=3, tasks=103, samples=4)      # the true B - A that 3 x 103 x 4 detects with 80 % power
+    power.search(5_000, values)                   # {"best": ..., "best_same_treatment": ..., "cheapest": ...}
 
 ESTIMATES from stated assumptions (`Assumptions`, each changeable on the command line), never measurements. The
 analysis is 004's (composer.ab: a crossed t interval over seeds x tasks, B - A per cell the mean over `samples`);
 its variance components on the pass@1 difference of two checkpoints are taken as
-- residual = discordance / samples: a cell's sampling noise, `discordance` being the share of tasks on which two
-  single-sample runs of equally good checkpoints disagree (the variance of one sample's B - A);
-- task = task_sd^2: how much the true B - A differs from task to task (a change helps some tasks, hurts others);
+- residual = (discordance + effect (1 - effect)) / samples: a cell's sampling noise. `discordance` is the share of
+  tasks on which two single-sample runs of equally good checkpoints disagree (the variance of one sample's B - A
+  with no effect); at an effect, B's extra successes are new discordant cells (B is taken to lose none of A's), so
+  one sample's B - A varies by discordance + effect - effect^2: the binomial growth of a rate moving up from 0, the
+  most it grows (the variance at no effect promised 80 % power where 66 % held: tests/test_power.py);
+- task = task_sd^2: how much the true B - A differs from task to task (a change helps some tasks, hurts others),
+  stated at the effect;
 - seed = seed_sd^2: how much the true B - A differs from one training seed to the next;
-and the mde is stats.t_detectable_effect at the design's crossed standard error (stats.crossed_standard_error:
-the expected mean squares; these are the true components, so no c4 correction). Since task_sd^2 / tasks does not
-shrink with seeds or samples, the test pool's size bounds what any budget can see (`floor`): at the defaults, no
-number of seeds or samples detects 2 points of pass@1 on fewer than 444 test tasks, more than SWE-bench Lite has
-(300; 004's test split 103).
+and the mde is the effect at which the design's crossed t interval is above 0 with 80 % power, the variance taken at
+that effect (stats.crossed_detectable_effect_at; these are the true components, so no c4 correction). Since
+task_sd^2 / tasks does not shrink with seeds or samples, the test pool's size bounds what any budget can see
+(`floor`).
 
-Cost in dollars: the arms' training runs (composer.plan.gpu_hours of the setup, per arm and seed) and the
-evaluations (every arm and seed, and the initial checkpoint, on tasks x samples episodes: generation at the
-model's decoding rate on every GPU of the setup, grading in GRADERS containers at once, the GPUs held meanwhile),
-GPU-hours times usd_per_gpu_hour. The training steps stay the profile's: they define the treatment, not the power.
+Cost in dollars: the arms' training runs (composer.compute.gpu_hours of the setup, per arm and seed: A without the
+trace-replay channel, B, the control and B+ with it) and the evaluations (every arm and seed, and the initial
+checkpoint, on tasks x samples episodes: composer.compute.evaluation_gpu_hours), GPU-hours times usd_per_gpu_hour.
+`search` also varies what the arms are trained as (`Treatment`: the student, full or LoRA fine-tuning, steps,
+rollouts per step, turns and context) and how many arms there are (A and B only, or 004's four): a smaller student
+or fewer steps is a different, cheaper experiment, not the same one, and the output says so.
 """
 
+import functools
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from composer import plan, stats
+from composer import compute, stats
 
 ARMS = ("A", "B", "control", "B+")  # what 004 trains per seed; the initial checkpoint is evaluated once more
+ARM_SETS = (("A", "B"), ARMS)  # a design's arms: the treatment against the baseline alone, or with 004's controls
 
 
 @dataclass(frozen=True)
@@ -62,92 +69,62 @@ POOLS = {
 }
 SEEDS = range(2, 13)
 SAMPLES = (1, 2, 4, 8)
+# What the search varies of the treatment: Qwen3 students (composer.compute.MODELS), fine-tuning, optimizer steps,
+# rollouts per step (multiples of 7: the live launcher's 7 training processes share them out), (turns, tokens) budgets
+STUDENTS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B")
+MODES = ("full", "lora")
+STEPS = (25, 50, 100)
+ROLLOUTS = (28, 56, 112)
+BUDGETS = ((15, 16384), (30, 32768))
+# The node layouts a training may take (vLLM mode, its memory fraction, GPUs): one GPU, a served pair, the live node
+LAYOUTS = (("colocate", 0.4, 1), ("server", 0, 2), ("server", 0, 8))
 
 
-def components(seeds: int, tasks: int, samples: int, assumptions: Assumptions = Assumptions()) -> dict:
-    """The variance components of a design's cells of B - A (see the module doc), as stats.crossed_components
-    gives them."""
+@dataclass(frozen=True)
+class Treatment:
+    """What the arms are trained as: changing any of it changes the experiment, not only its cost."""
+    student: str
+    mode: str  # "full" | "lora"
+    steps: int
+    rollouts_per_step: int
+    max_turns: int
+    max_tokens: int
+
+    def __str__(self) -> str:
+        return (f"{self.student} {self.mode}, {self.steps} steps x {self.rollouts_per_step} rollouts, "
+                f"{self.max_turns} turns / {self.max_tokens} tokens")
+
+    def workload(self) -> dict:
+        return compute.workload({"student": self.student, "steps": self.steps, "generations": 1,
+                                 "prompts_per_step": self.rollouts_per_step, "max_completion_length": self.max_tokens,
+                                 "max_tool_calling_iterations": self.max_turns, "env_max_steps": self.max_turns})
+
+
+def treatment(values: dict) -> Treatment:
+    """The live 004 profile's treatment (its arms fine-tune fully: they have no LoRA path yet)."""
+    w = compute.workload(values)
+    compute.model(w["model"])
+    return Treatment(w["model"], "full", w["steps"], w["rollouts_per_step"], w["max_turns"], w["seq_tokens"])
+
+
+def components(seeds: int, tasks: int, samples: int, assumptions: Assumptions = Assumptions(), *,
+               effect: float = 0.0) -> dict:
+    """The variance components of a design's cells of B - A at a true B - A of `effect` (see the module doc), as
+    stats.crossed_components gives them."""
+    grown = min(max(effect, 0.0), 1.0)
     return {"seed": assumptions.seed_sd ** 2, "task": assumptions.task_sd ** 2,
-            "residual": assumptions.discordance / samples, "seeds": seeds, "tasks": tasks}
+            "residual": (assumptions.discordance + grown * (1 - grown)) / samples, "seeds": seeds, "tasks": tasks}
 
 
+@functools.lru_cache(maxsize=4096)
 def mde(seeds: int, tasks: int, samples: int, assumptions: Assumptions = Assumptions(), *, alpha: float = 0.05,
         power: float = 0.8) -> float:
-    """The true B - A that a seeds x tasks x samples design detects (its interval above 0) with `power`."""
+    """The true B - A that a seeds x tasks x samples design detects (its interval above 0) with `power`, the
+    variance taken at that B - A."""
     if seeds < 2 or tasks < 2 or samples < 1:
         raise ValueError(f"a design needs >= 2 seeds, >= 2 tasks and >= 1 sample: got {seeds} x {tasks} x {samples}")
-    se, df = stats.crossed_standard_error(components(seeds, tasks, samples, assumptions))
-    return stats.t_detectable_effect(se, df, alpha=alpha, power=power)
-
-
-def cost(values: dict, setup: plan.Setup, seeds: int, tasks: int, samples: int,
-         assumptions: Assumptions = Assumptions()) -> dict:
-    """GPU-hours and dollars of a design: `values` a live 004 profile's parameters (model, steps, workload)."""
-    w = plan.workload(values)
-    model = plan.MODELS[w["model"]]
-    train = plan.gpu_hours(model, setup, steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
-                           tokens_per_rollout=w["tokens_per_rollout"])["gpu_hours"] * len(ARMS) * seeds
-    episodes = (len(ARMS) * seeds + 1) * tasks * samples
-    generate_s = episodes * w["tokens_per_rollout"] / (model.gen_tokens_per_s * setup.gpus)
-    grade_s = math.ceil(episodes / plan.GRADERS) * plan.GRADING_S
-    evaluate = (generate_s + grade_s) / 3600 * setup.gpus
-    return {"train_gpu_hours": train, "eval_gpu_hours": evaluate, "gpu_hours": train + evaluate,
-            "usd": (train + evaluate) * assumptions.usd_per_gpu_hour}
-
-
-def wall_hours(values: dict, nodes: int) -> float:
-    """Hours from submission to the last result of the live profile's own design on `nodes` nodes of its setup's
-    GPUs, one job per node (executor: slurm): the trainings in waves of `nodes`, then the evaluations in waves (the
-    evaluations' GPU-hours shared evenly among them), with no time in the queue."""
-    d = design(values)
-    trainings, evaluations = len(ARMS) * d["seeds"], len(ARMS) * d["seeds"] + 1
-    train_h = d["train_gpu_hours"] / trainings / d["gpus"]
-    eval_h = d["eval_gpu_hours"] / evaluations / d["gpus"]
-    return math.ceil(trainings / nodes) * train_h + math.ceil(evaluations / nodes) * eval_h
-
-
-def fitting_setups(values: dict) -> list[plan.Setup]:
-    """004's plan rows that its arms can run (full fine-tuning: they have no LoRA path yet, so the LoRA rows are the
-    memory table's only) and whose memory fits (composer.plan), the profile's own vLLM mode first."""
-    w = plan.workload(values)
-    mode = values["trainer_config"].get("vllm_mode", "colocate") if values["trainer_config"].get("use_vllm") else "none"
-    rows = [s for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"] if s.mode == "full"
-            and plan.memory_gb(plan.MODELS[w["model"]], s, seq_tokens=w["seq_tokens"])["fits"]]
-    return sorted(rows, key=lambda s: s.vllm != mode)
-
-
-def design(values: dict, assumptions: Assumptions = Assumptions()) -> dict:
-    """The live profile's own design: its mde and its cost at its fitting setup."""
-    seeds, samples = values["seeds"], values["eval_k"]
-    pool = values["test_tasks"]
-    tasks = values.get("n_test") or POOLS[pool][0]
-    setup = fitting_setups(values)[0]
-    return {"seeds": seeds, "tasks": tasks, "samples": samples, "pool": pool, "mode": setup.mode, "gpus": setup.gpus,
-            "vllm": setup.vllm, "steps": values["steps"], "mde": mde(seeds, tasks, samples, assumptions),
-            **cost(values, setup, seeds, tasks, samples, assumptions)}
-
-
-def best(budget_usd: float, values: dict, assumptions: Assumptions = Assumptions(), *,
-         effect: float | None = None) -> dict | None:
-    """The design within budget_usd that detects the smallest B - A (ties: the cheaper), over fitting setups,
-    test pools (all of a pool's tasks), seeds (SEEDS) and samples per task (SAMPLES); None when no design fits the
-    budget. With
-    `effect`, also the cheapest design that detects it (`cheapest_for_effect`, None if none in the grid does)."""
-    if not budget_usd > 0:
-        raise ValueError(f"budget_usd must be > 0, got {budget_usd!r}")  # math.inf: no budget
-    found, cheapest = None, None
-    for setup, (pool, (tasks, _, _)), seeds, samples in itertools.product(
-            fitting_setups(values), POOLS.items(), SEEDS, SAMPLES):
-        d = {"seeds": seeds, "tasks": tasks, "samples": samples, "pool": pool, "mode": setup.mode,
-             "gpus": setup.gpus, "vllm": setup.vllm, "steps": values["steps"],
-             "mde": mde(seeds, tasks, samples, assumptions), **cost(values, setup, seeds, tasks, samples, assumptions)}
-        if d["usd"] <= budget_usd and (found is None or (d["mde"], d["usd"]) < (found["mde"], found["usd"])):
-            found = d
-        if effect is not None and d["mde"] <= effect and (cheapest is None or d["usd"] < cheapest["usd"]):
-            cheapest = d
-    if found is not None and effect is not None:
-        found = {**found, "cheapest_for_effect": cheapest}
-    return found
+    return stats.crossed_detectable_effect_at(lambda e: components(seeds, tasks, samples, assumptions, effect=e),
+                                              alpha=alpha, power=power, estimated=False)
 
 
 def floor(tasks: int, assumptions: Assumptions = Assumptions(), *, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -155,28 +132,166 @@ def floor(tasks: int, assumptions: Assumptions = Assumptions(), *, alpha: float 
     return stats.t_detectable_effect(assumptions.task_sd / math.sqrt(tasks), tasks - 1, alpha=alpha, power=power)
 
 
+def layouts(t: Treatment) -> list[compute.Setup]:
+    """The node layouts (LAYOUTS) whose memory holds the treatment's arm B (one DPO pair per micro-batch) and whose
+    training processes split its rollouts evenly."""
+    model = compute.model(t.student)
+    rows = [compute.Setup(t.mode, vllm, fraction, gpus, dpo_pairs=1) for vllm, fraction, gpus in LAYOUTS]
+    return [s for s in rows if compute.memory_gb(model, s, seq_tokens=t.max_tokens)["fits"]
+            and t.rollouts_per_step % s.training_gpus == 0]
+
+
+@functools.lru_cache(maxsize=4096)
+def runs(t: Treatment, setup: compute.Setup, concurrent_tools: bool = False) -> dict:
+    """GPU-hours of one training run of arm A (no trace-replay channel) and of arm B (the setup's DPO pairs), and B's
+    hours."""
+    w, model = t.workload(), compute.model(t.student)
+    at = functools.partial(compute.gpu_hours, model, steps=t.steps, rollouts_per_step=t.rollouts_per_step,
+                           tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"],
+                           concurrent_tools=concurrent_tools)
+    b = at(setup)
+    return {"A": at(replace(setup, dpo_pairs=0))["gpu_hours"], "B": b["gpu_hours"], "hours": b["hours"]}
+
+
+def evaluation(t: Treatment, setup: compute.Setup, episodes: int) -> float:
+    """GPU-hours of evaluating one checkpoint of the treatment on `episodes` episodes (what matters of it: the
+    student, its turn and token budgets, the node's GPUs)."""
+    return _evaluation(t.student, t.max_turns, t.max_tokens, replace(setup, mode="full", dpo_pairs=0), episodes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _evaluation(student: str, max_turns: int, max_tokens: int, setup: compute.Setup, episodes: int) -> float:
+    w = Treatment(student, "full", 1, 1, max_turns, max_tokens).workload()
+    return compute.evaluation_gpu_hours(compute.model(student), setup, episodes=episodes,
+                                        tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
+
+
+def cost(t: Treatment, setup: compute.Setup, seeds: int, tasks: int, samples: int,
+         assumptions: Assumptions = Assumptions(), *, arms: tuple = ARMS, concurrent_tools: bool = False) -> dict:
+    """GPU-hours and dollars of a design: every arm's training run per seed, and the evaluations."""
+    run = runs(t, setup, concurrent_tools)
+    train = seeds * (run["A"] + (len(arms) - 1) * run["B"])
+    evaluate = (len(arms) * seeds + 1) * evaluation(t, setup, tasks * samples)
+    return {"train_gpu_hours": train, "eval_gpu_hours": evaluate, "gpu_hours": train + evaluate,
+            "usd": (train + evaluate) * assumptions.usd_per_gpu_hour}
+
+
+def _design(t, setup, arms, pool, tasks, seeds, samples, assumptions, concurrent_tools) -> dict:
+    return {**asdict(t), "arms": list(arms), "gpus": setup.gpus, "vllm": setup.vllm, "seeds": seeds, "tasks": tasks,
+            "pool": pool, "samples": samples, "mde": mde(seeds, tasks, samples, assumptions),
+            **cost(t, setup, seeds, tasks, samples, assumptions, arms=arms, concurrent_tools=concurrent_tools)}
+
+
+def fitting_setups(values: dict) -> list[compute.Setup]:
+    """004's plan rows that its arms can run (full fine-tuning: they have no LoRA path yet, so the LoRA rows are the
+    memory table's only) and whose memory fits, the profile's own vLLM mode first."""
+    w = compute.workload(values)
+    mode = values["trainer_config"].get("vllm_mode", "colocate") if values["trainer_config"].get("use_vllm") else "none"
+    rows = [s for s in compute.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"] if s.mode == "full"
+            and compute.memory_gb(compute.model(w["model"]), s, seq_tokens=w["seq_tokens"])["fits"]]
+    return sorted(rows, key=lambda s: s.vllm != mode)
+
+
+def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = False) -> dict:
+    """The live profile's own design: its treatment, arms, seeds, pool and samples at its fitting setup."""
+    pool = values["test_tasks"]
+    tasks = values.get("n_test") or POOLS[pool][0]
+    return _design(treatment(values), fitting_setups(values)[0], tuple(values.get("arms") or ARMS), pool, tasks,
+                   values["seeds"], values["eval_k"], assumptions, concurrent_tools)
+
+
+def wall_hours(values: dict, nodes: int) -> float:
+    """Hours from submission to the last result of the live profile's own design on `nodes` nodes of its setup's
+    GPUs, one job per node (executor: slurm): the trainings in waves of `nodes`, then the evaluations in waves (the
+    evaluations' GPU-hours shared evenly among them), with no time in the queue."""
+    d = design(values)
+    trainings, evaluations = len(d["arms"]) * d["seeds"], len(d["arms"]) * d["seeds"] + 1
+    train_h = d["train_gpu_hours"] / trainings / d["gpus"]
+    eval_h = d["eval_gpu_hours"] / evaluations / d["gpus"]
+    return math.ceil(trainings / nodes) * train_h + math.ceil(evaluations / nodes) * eval_h
+
+
+def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptions(), *, effect: float | None = None,
+           pools: dict | None = None, students=STUDENTS, concurrent_tools: bool = False) -> dict:
+    """Designs over treatments (`students` x MODES x STEPS x ROLLOUTS x BUDGETS, and the live profile's own; each at
+    its cheapest fitting layout), ARM_SETS, test pools (all of a pool's tasks; default POOLS), SEEDS and SAMPLES:
+    - best: the smallest mde within budget_usd (ties: the cheaper); None when nothing fits the budget;
+    - cheapest: the cheapest design (what the budget would have to be);
+    - cheapest_for_effect: with `effect`, the cheapest design whose mde <= effect (None if none does);
+    each also `..._same_treatment`, among the designs that train the live profile's treatment; and
+    - live: the live profile's own design (`design`)."""
+    if not budget_usd > 0:
+        raise ValueError(f"budget_usd must be > 0, got {budget_usd!r}")  # math.inf: no budget
+    if effect is not None and not effect > 0:
+        raise ValueError(f"effect must be > 0, got {effect!r}")
+    own = treatment(values)
+    pools = POOLS if pools is None else pools
+    for name in students:
+        compute.model(name)  # an unknown student is refused before the search
+    treatments = {Treatment(s, m, n, r, turns, tokens) for s, m, n, r, (turns, tokens) in
+                  itertools.product(students, MODES, STEPS, ROLLOUTS, BUDGETS)} | {own}
+    found = {}  # name -> (rank, the design's arguments): the search visits tens of thousands of designs
+
+    def consider(name, rank, args):
+        if name not in found or rank < found[name][0]:
+            found[name] = (rank, args)
+
+    for t in sorted(treatments, key=str):
+        fitting = layouts(t)
+        if not fitting:
+            continue
+        setup = min(fitting, key=lambda s: runs(t, s, concurrent_tools)["B"])
+        run = runs(t, setup, concurrent_tools)
+        suffixes = ("", "_same_treatment") if t == own else ("",)
+        for arms, (pool, (tasks, *_)), samples in itertools.product(ARM_SETS, pools.items(), SAMPLES):
+            checkpoint = evaluation(t, setup, tasks * samples)
+            for seeds in SEEDS:  # cost()'s sums, inline
+                usd = (seeds * (run["A"] + (len(arms) - 1) * run["B"]) + (len(arms) * seeds + 1) * checkpoint
+                       ) * assumptions.usd_per_gpu_hour
+                m, args = mde(seeds, tasks, samples, assumptions), (t, setup, arms, pool, tasks, seeds, samples)
+                for suffix in suffixes:
+                    consider("cheapest" + suffix, usd, args)
+                    if usd <= budget_usd:
+                        consider("best" + suffix, (m, usd), args)
+                    if effect is not None and m <= effect:
+                        consider("cheapest_for_effect" + suffix, usd, args)
+    names = [n + suffix for n in ("best", "cheapest", "cheapest_for_effect") for suffix in ("", "_same_treatment")]
+    return {**{key: _design(*found[key][1], assumptions, concurrent_tools) if key in found else None
+               for key in names},
+            "live": design(values, assumptions, concurrent_tools=concurrent_tools)}
+
+
+def describe(d: dict) -> str:
+    """A design in one line: treatment, layout, arms, seeds x tasks x samples, mde, GPU-hours and dollars."""
+    return (f"{d['student']} {d['mode']} ({d['gpus']} GPU{'s' if d['gpus'] > 1 else ''}, vLLM {d['vllm']}), "
+            f"{d['steps']} steps x {d['rollouts_per_step']} rollouts, {d['max_turns']} turns / {d['max_tokens']} "
+            f"tokens, {len(d['arms'])} arms ({', '.join(d['arms'])}); {d['seeds']} seeds x {d['tasks']} tasks "
+            f"({d['pool']}) x {d['samples']} sample{'s' if d['samples'] > 1 else ''}: mde {d['mde']:.3f}, "
+            f"{d['gpu_hours']:,.0f} GPU-hours, "
+            f"${d['usd']:,.0f}")
+
+
 def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
     """The power block of the live 004 header (comment lines)."""
     d = design(values, assumptions)
     a = asdict(assumptions)
     out = [f"# Power (composer/power.py, ESTIMATES from: discordance {a['discordance']}, task_sd {a['task_sd']}, "
-           f"seed_sd {a['seed_sd']}, ${a['usd_per_gpu_hour']}/GPU-hour):",
+           f"seed_sd {a['seed_sd']}, ${a['usd_per_gpu_hour']}/GPU-hour; the variance at the effect):",
            f"# this design, {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} samples, detects "
            f"B - A >= {d['mde']:.3f} with 80 % power; {d['gpu_hours']:,.0f} GPU-hours "
            f"(train {d['train_gpu_hours']:,.0f}, evaluate {d['eval_gpu_hours']:,.0f}) = ${d['usd']:,.0f} "
-           f"for {len(ARMS)} arms.",
+           f"for {len(d['arms'])} arms.",
            "# No number of seeds or samples gets under a pool's task term: "
            + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}" for pool, (n, _, _) in POOLS.items())
            + "."]
-    jobs = len(ARMS) * values["seeds"]
+    jobs = len(d["arms"]) * values["seeds"]
     out.append("# Wall time on a cluster (executor: slurm, one job per node, no queueing): "
                + ", ".join(f"{n} node{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
                            for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
-    cheapest = best(math.inf, values, assumptions, effect=0.02)["cheapest_for_effect"]
+    cheapest = search(math.inf, values, assumptions, effect=0.02, students=())["cheapest_for_effect"]
     lite = min(floor(n, assumptions) for pool, (n, _, _) in POOLS.items() if pool.startswith("lite"))
     out.append(f"# So 2 points of pass@1 is {'not ' if lite > 0.02 else ''}detectable on SWE-bench Lite at any budget"
-               + (f"; {cheapest['pool']} ({cheapest['tasks']} tasks, {POOLS[cheapest['pool']][1]}; train on "
-                  f"{POOLS[cheapest['pool']][2]}) detects it at {cheapest['seeds']} seeds x {cheapest['samples']} "
-                  f"samples for ${cheapest['usd']:,.0f}" if cheapest else "; no pool in composer/power.py would")
+               + (f"; the cheapest design that detects it: {describe(cheapest)} (train on "
+                  f"{POOLS[cheapest['pool']][2]})" if cheapest else "; no pool in composer/power.py would")
                + ". `python -m composer plan --budget-usd X` prints the best design within X dollars.")
     return out

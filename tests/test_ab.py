@@ -69,6 +69,35 @@ def test_design_needed_inverts_the_minimum_detectable_effect():
         ab.design_needed(components, 0.0)
 
 
+def test_the_variance_at_the_effect_by_hand():
+    """Arms observed at 0.2 and 0.2: at B - A = 0.1, B is at 0.3. The residual (binomial) grows by
+    (0.16 + 0.21) / (0.16 + 0.16), the seed and task terms (logit effects through the slope) by
+    (0.16^2 + 0.21^2) / (2 x 0.16^2); each mean square by its residual's growth and its own term's."""
+    c = {"seed": 0.001, "task": 0.004, "residual": 0.2, "seeds": 3, "tasks": 40, "ms_seed": 0.24, "ms_task": 0.212}
+    at = ab.components_at(c, 0.1, 0.2, 0.2)
+    r, f = 0.37 / 0.32, (0.16 ** 2 + 0.21 ** 2) / (2 * 0.16 ** 2)
+    assert at["residual"] == pytest.approx(0.2 * r) and at["seed"] == pytest.approx(0.001 * f)
+    assert at["task"] == pytest.approx(0.004 * f)
+    assert at["ms_seed"] == pytest.approx(0.24 + 0.2 * (r - 1) + 40 * 0.001 * (f - 1))
+    assert at["ms_task"] == pytest.approx(0.212 + 0.2 * (r - 1) + 3 * 0.004 * (f - 1))
+    assert ab.components_at(c, 0.0, 0.2, 0.2) == c  # no effect: as observed
+    assert ab.components_at(c, 0.1, 0.5, 0.5) == c  # past 1/2 the variance would fall: it is kept
+    # the mde is the effect at which the variance there gives 80 % power: a fixed point of the plain formula
+    mde = stats.crossed_detectable_effect_at(lambda e: ab.components_at(c, e, 0.2, 0.2))
+    assert mde == pytest.approx(stats.crossed_detectable_effect(ab.components_at(c, mde, 0.2, 0.2)), abs=1e-5)
+    assert mde > stats.crossed_detectable_effect(c)  # larger than the variance with no effect says
+    plain = stats.crossed_detectable_effect(c)
+    assert stats.crossed_detectable_effect_at(lambda e: c) == pytest.approx(plain, abs=1e-5)
+    # true components (a plan's): no c4 correction
+    se, df = stats.crossed_standard_error(c)
+    assert stats.crossed_detectable_effect_at(lambda e: c, estimated=False) == pytest.approx(
+        stats.t_detectable_effect(se, df), abs=1e-5)
+    # the tasks needed at the effect (3 seeds that do not differ) are more than the variance with no effect says
+    quiet = {**c, "seed": 0.0}
+    plain = ab.design_needed(quiet, 0.1)["tasks_per_seed"]
+    assert ab.design_needed(quiet, 0.1, pass_rates=(0.2, 0.2))["tasks_per_seed"] > plain
+
+
 def _outcomes(cells):
     """seeds x tasks lists of per-sample outcome lists -> array."""
     return np.array(cells, dtype=float)
@@ -88,7 +117,8 @@ def test_compare_by_hand():
     assert r["diff"] == stats.crossed_t_interval(b.mean(axis=2) - a.mean(axis=2)).as_dict()
     assert r["components"] == stats.crossed_components(b.mean(axis=2) - a.mean(axis=2))
     assert r["discordance"] == pytest.approx(3 / 8) and "mcnemar" not in r
-    assert r["mde"] == pytest.approx(stats.crossed_detectable_effect(r["components"]))
+    at = lambda effect: ab.components_at(r["components"], effect, 5 / 16, 10 / 16)  # noqa: E731
+    assert r["mde"] == pytest.approx(stats.crossed_detectable_effect_at(at))
     assert r["verdict"] == ab.verdict(r["diff"]["estimate"], r["diff"]["low"], r["diff"]["high"])
     assert (r["tasks_needed"] is None) == (r["verdict"] != "INCONCLUSIVE")
     assert ab.design_line(r) == f"decided ({r['verdict']}) at 2 seeds x 4 tasks" or "would detect" in ab.design_line(r)
@@ -174,32 +204,36 @@ def logistic_truth(shift, seed_sd, interaction_sd=0.5, task_sd=1.5, mean=-1.0, n
 MODELS = {"additive": (additive_cells, additive_truth), "logistic": (logistic_cells, logistic_truth)}
 
 
-@pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize("seeds, tasks, samples, seed_sd", [
+REGIMES = [(model, *regime, {}) for model in MODELS for regime in (
     (3, 40, 1, 0.02),  # 3 seeds that barely differ
     (3, 40, 1, 0.3),  # 3 seeds that do differ
     (5, 60, 2, 0.1),
     (6, 40, 1, 0.1),  # 004's report design
-])
-def test_the_interval_holds_its_level_and_the_mde_its_power(model, seeds, tasks, samples, seed_sd):
+)] + [("logistic", 3, 40, 1, 0.02, {"mean": -2.5, "task_sd": 1.0, "interaction_sd": 0.3})]  # pass@1 ~0.12: SWE-like
+
+
+@pytest.mark.parametrize("model, seeds, tasks, samples, seed_sd, shape", REGIMES)
+def test_the_interval_holds_its_level_and_the_mde_its_power(model, seeds, tasks, samples, seed_sd, shape):
     """600 simulated A/B experiments with no effect, then 600 at the mean reported mde, through ab.difference (the
     notebook's compare() takes its interval and mde from it): the 95 % interval covers the true difference in at
     least 93 % of experiments, its low end is above 0 in at most 3 % of those with no effect (2.5 % nominal), and in
-    at least 75 % of those whose true difference is the reported mde (80 % nominal). The seed SDs are on each
-    model's own scale: probability (additive), logit (logistic)."""
+    at least 78 % of those whose true difference is the reported mde (80 % nominal; one Monte Carlo standard error
+    of a power near 0.8 over 600 experiments is 1.6 points; the mde at the variance at the effect gives 0.82-0.93
+    here, the variance at no effect gave 0.80-0.89, and 0.68 in the last regime, whose pass@1 of ~0.12 is
+    SWE-bench's). The seed SDs are on each model's own scale: probability (additive), logit (logistic)."""
     cells, truth = MODELS[model]
     seed_sd = seed_sd / 6 if model == "additive" else seed_sd  # a logit SD of 0.3 moves p by about 0.05 near 0.3
     rng = np.random.default_rng(seeds * 1000 + tasks)
-    null = [ab.difference(*cells(rng, seeds, tasks, samples, 0.0, seed_sd)) for _ in range(600)]
-    zero = truth(0.0, seed_sd)
+    null = [ab.difference(*cells(rng, seeds, tasks, samples, 0.0, seed_sd, **shape)) for _ in range(600)]
+    zero = truth(0.0, seed_sd, **shape)
     coverage = np.mean([r["diff"].low <= zero <= r["diff"].high for r in null])
     detected = np.mean([r["diff"].low > 0 for r in null])
     assert coverage >= 0.93 and detected <= 0.03, (coverage, detected)
     mde = float(np.mean([r["mde"] for r in null]))
-    shift = scipy.optimize.brentq(lambda x: truth(x, seed_sd) - mde, 0.0, 5.0)  # the model's effect whose truth is mde
-    power = np.mean([ab.difference(*cells(rng, seeds, tasks, samples, shift, seed_sd))["diff"].low > 0
+    shift = scipy.optimize.brentq(lambda x: truth(x, seed_sd, **shape) - mde, 0.0, 8.0)  # its truth is the mde
+    power = np.mean([ab.difference(*cells(rng, seeds, tasks, samples, shift, seed_sd, **shape))["diff"].low > 0
                      for _ in range(600)])
-    assert power >= 0.75, (mde, power)
+    assert power >= 0.78, (mde, power)
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -1,6 +1,7 @@
-"""composer.plan: the memory and GPU-hour arithmetic on hand-computed inputs, bad setups, and the live YAML headers
-carrying exactly what it computes (so the tables are never hand-typed)."""
+"""composer.plan and composer.compute: the memory and phase arithmetic on hand-computed inputs, bad setups, a
+published run's hours, and the live YAML headers carrying exactly what they compute (never hand-typed)."""
 
+import math
 import shlex
 import subprocess
 import sys
@@ -8,52 +9,143 @@ import sys
 import pytest
 import yaml
 
-from composer import collect, plan
+from composer import collect, compute, plan
 from composer.paths import ROOT
 
-# 1e9 parameters, 2 layers, hidden 10, vocabulary 100, KV 8 bytes per token, 1,000 generated tokens/s
-TOY = plan.Model(1.0, 2, 10, 100, 8, 1000.0)
+# 1e9 parameters, 2 layers, hidden 10, vocabulary 100, KV 8 bytes per token, attention 20 wide
+TOY = compute.Model(1.0, 2, 10, 100, 8, 20)
+H100 = compute.GPUS["H100"]
 
 
 def test_memory_parts_by_hand():
-    full = plan.memory_gb(TOY, plan.Setup("full", "colocate", 0.4, 1), seq_tokens=1000)
+    full = compute.memory_gb(TOY, compute.Setup("full", "colocate", 0.4, 1), seq_tokens=1000)
     # activations: 1000 tokens x (2 layers x 2 bytes x 10 + 34 x 10) = 380,000 bytes, and the fused head's one
     # [4096, 32768] fp32 tile (the logits are never whole)
     tile = 4096 * 32768 * 4
     assert full["training_state"] == 16.0 and full["activations"] == pytest.approx((380_000 + tile) / 1e9)
-    assert full["vllm"] == 32.0 and full["runtime"] == plan.RUNTIME_GB
+    assert full["vllm"] == 32.0 and full["runtime"] == compute.RUNTIME_GB
     assert full["total"] == pytest.approx(16 + (380_000 + tile) / 1e9 + 32 + 3) and full["fits"]
     assert full["vllm_holds_model"]
     # two DPO pairs: four more whole sequences, and the full logits of four 512-token actions (6 bytes x 100)
-    dpo = plan.memory_gb(TOY, plan.Setup("full", "colocate", 0.4, 1, dpo_pairs=2), seq_tokens=1000)
+    dpo = compute.memory_gb(TOY, compute.Setup("full", "colocate", 0.4, 1, dpo_pairs=2), seq_tokens=1000)
     assert dpo["activations"] == pytest.approx((5 * 380_000 + tile + 4 * 512 * 600) / 1e9)
-    lora = plan.memory_gb(TOY, plan.Setup("lora", "colocate", 0.4, 2), seq_tokens=1000)
-    assert lora["training_state"] == pytest.approx((2 + 16 * plan.LORA_SHARE) / 2)
-    teacher = plan.memory_gb(TOY, plan.Setup("full", "none", 0, 4, hint_teacher=True), seq_tokens=1000)
+    lora = compute.memory_gb(TOY, compute.Setup("lora", "colocate", 0.4, 2), seq_tokens=1000)
+    assert lora["training_state"] == pytest.approx((2 + 16 * compute.LORA_SHARE) / 2)
+    teacher = compute.memory_gb(TOY, compute.Setup("full", "none", 0, 4, hint_teacher=True), seq_tokens=1000)
     assert teacher["training_state"] == pytest.approx(18 / 4) and teacher["vllm"] == 0
-    server = plan.memory_gb(TOY, plan.Setup("full", "server", 0, 3), seq_tokens=1000)
+    server = compute.memory_gb(TOY, compute.Setup("full", "server", 0, 3), seq_tokens=1000)
     assert server["training_state"] == 8.0  # 2 of the 3 GPUs train
     # colocated vLLM must hold the bf16 model (2 GB) and one sequence's KV: 2.1 GB at 5% of 80 GB does not fit it
-    tight = plan.memory_gb(plan.Model(1.0, 2, 10, 100, 100_000_000, 1000.0), plan.Setup("lora", "colocate", 0.05, 1),
-                           seq_tokens=1000)
+    tight = compute.memory_gb(compute.Model(1.0, 2, 10, 100, 100_000_000, 20),
+                              compute.Setup("lora", "colocate", 0.05, 1), seq_tokens=1000)
     assert tight["vllm"] == 4.0 and not tight["vllm_holds_model"] and not tight["fits"]
+    # an H200 holds what an H100 cannot
+    big = compute.Setup("full", "colocate", 0.4, 1, gpu="H200")
+    assert compute.memory_gb(TOY, big, seq_tokens=1000)["vllm"] == pytest.approx(0.4 * 141)
 
 
-def test_gpu_hours_by_hand():
-    cost = plan.gpu_hours(TOY, plan.Setup("full", "colocate", 0.4, 2), steps=10, rollouts_per_step=40,
-                          tokens_per_rollout=500)
-    assert cost["generate_s"] == 40 * 500 / (1000 * 2)
-    assert cost["train_s"] == pytest.approx(6e9 * 20_000 / (plan.MFU * plan.PEAK_FLOPS * 2))
-    assert cost["grade_s"] == 2 * plan.GRADING_S  # 40 rollouts over 32 graders: two rounds
-    assert cost["hours"] == pytest.approx(10 * cost["step_s"] / 3600) and cost["gpu_hours"] == 2 * cost["hours"]
-    served = plan.gpu_hours(TOY, plan.Setup("full", "server", 0, 3, hint_teacher=True), steps=10,
-                            rollouts_per_step=40, tokens_per_rollout=500)
-    assert served["generate_s"] == 40 * 500 / 1000  # one serving GPU
-    assert served["train_s"] == pytest.approx(8e9 * 20_000 / (plan.MFU * plan.PEAK_FLOPS * 2))
-    dpo = plan.gpu_hours(TOY, plan.Setup("full", "none", 0, 2, dpo_pairs=1), steps=10, rollouts_per_step=40,
-                         tokens_per_rollout=500)
-    # every rollout's micro-batch also trains one pair: chosen and rejected, as long as a rollout
-    assert dpo["train_s"] == pytest.approx(6e9 * (20_000 + 40_000) / (plan.MFU * plan.PEAK_FLOPS * 2))
+def test_generation_by_hand():
+    """A KV cache of 35,000 tokens (half of an H100 less the 2 GB model and 3 GB runtime, at 1 MB a token); rollouts
+    of 3,500 tokens in 2 turns: a 1,500-token prompt, each turn 1,000 more (790 generated, 210 observed)."""
+    model = compute.Model(1.0, 2, 10, 100, 1_000_000, 20)
+    assert compute.kv_tokens(model, H100, 0.5) == pytest.approx(35_000)
+    flops, bandwidth = compute.MFU * H100.peak_flops, compute.DECODE_BANDWIDTH_SHARE * H100.bandwidth
+    decode_step = lambda batch, context: max((2e9 + batch * (context + 395) * 1e6) / bandwidth,  # noqa: E731
+                                             batch * 2e9 / flops)
+    few = compute.generation_s(model, H100, episodes=4, engines=1, fraction=0.5, turns=2, tokens_per_rollout=3500)
+    # turn 1 prefills the prompts; turn 2's contexts (4 x 3,290 tokens) all fit, so only the observations are new;
+    # per token 2 x parameters, attention 2 x layers x width x context (4 x for a token at the context's end)
+    assert few["prefill_s"] == pytest.approx((4 * 1500 * (2e9 + 2 * 2 * 20 * 1500)
+                                              + 4 * 210 * (2e9 + 2 * 2 * 2 * 20 * 2500)) / flops)
+    assert few["decode_s"] == pytest.approx(790 * (decode_step(4, 1500) + decode_step(4, 2500)))
+    many = compute.generation_s(model, H100, episodes=16, engines=1, fraction=0.5, turns=2, tokens_per_rollout=3500)
+    # 16 x 3,290 tokens do not fit in turn 2: every context is prefilled again, and 10 decode at once, in 2 waves
+    assert many["prefill_s"] == pytest.approx((16 * 1500 * (2e9 + 2 * 2 * 20 * 1500)
+                                               + 16 * 2500 * (2e9 + 2 * 2 * 20 * 2500)) / flops)
+    assert many["batch_last"] == 10
+    assert many["decode_s"] == pytest.approx(790 * (2 * decode_step(15, 1500) + 2 * decode_step(10, 2500)))
+    spread = compute.generation_s(model, H100, episodes=16, engines=4, fraction=0.5, turns=2, tokens_per_rollout=3500)
+    assert spread["episodes_per_engine"] == 4 and spread["decode_s"] == pytest.approx(few["decode_s"])
+
+
+def test_environment_and_training_by_hand():
+    # 16 episodes of 18 turns over 7 processes: 3 rounds of tool calls a turn, one call after another; with
+    # concurrent tools 16 at once (under GRADERS): one round
+    serial = compute.environment_s(16, 7, 18, concurrent_tools=False)
+    assert serial == {"tools_s": 3 * 18 * compute.TOOL_S, "grade_s": 3 * (compute.START_S + compute.GRADING_S)}
+    assert compute.environment_s(16, 7, 18, concurrent_tools=True)["grade_s"] == compute.START_S + compute.GRADING_S
+    assert compute.TOOL_S == pytest.approx(0.3 * 10 + 0.7 * 0.5)
+    # training 40 rollouts of 500 tokens on 2 GPUs: full fine-tuning 6 + 2 (recompute) + 2 (importance sampling)
+    # x parameters per token, attention (2 x 2 layers x 20 wide x 500 tokens per forward) 3 + 1 + 1 times
+    flops = compute.MFU * H100.peak_flops * 2
+    attention = 2 * 2 * 20 * 500
+    full = compute.training_s(TOY, compute.Setup("full", "colocate", 0.4, 2), rollouts=40, tokens_per_rollout=500)
+    assert full == pytest.approx(40 * 500 * (10e9 + 5 * attention) / flops)
+    lora = compute.training_s(TOY, compute.Setup("lora", "colocate", 0.4, 2), rollouts=40, tokens_per_rollout=500)
+    assert lora == pytest.approx(40 * 500 * (8e9 + 4 * attention) / flops)  # no weight gradients: 4, not 6
+    # a hint teacher's forward, and one DPO pair a rollout: two sequences trained and recomputed (8 x parameters)
+    both = compute.training_s(TOY, compute.Setup("full", "colocate", 0.4, 2, hint_teacher=True, dpo_pairs=1),
+                              rollouts=40, tokens_per_rollout=500)
+    assert both == pytest.approx(40 * 500 * (12e9 + 6 * attention + 2 * (8e9 + 4 * attention)) / flops)
+
+
+def test_gpu_hours_add_the_phases_and_pay_for_every_gpu():
+    setup = compute.Setup("full", "server", 0, 3, dpo_pairs=1)
+    cost = compute.gpu_hours(TOY, setup, steps=10, rollouts_per_step=40, tokens_per_rollout=3500, turns=2)
+    gen = compute.generation_s(TOY, H100, episodes=40, engines=1, fraction=compute.VLLM_MEMORY, turns=2,
+                               tokens_per_rollout=3500)  # server mode: one engine for the step's rollouts
+    env = compute.environment_s(40, 2, 2, concurrent_tools=False)
+    train = compute.training_s(TOY, setup, rollouts=40, tokens_per_rollout=3500)
+    assert cost["step_s"] == pytest.approx(gen["prefill_s"] + gen["decode_s"] + env["tools_s"] + env["grade_s"] + train)
+    assert cost["hours"] == pytest.approx(10 * cost["step_s"] / 3600) and cost["gpu_hours"] == 3 * cost["hours"]
+    # turns default to what the tokens make at TURN_TOKENS a turn
+    assert compute.gpu_hours(TOY, setup, steps=1, rollouts_per_step=40, tokens_per_rollout=3500) == \
+        compute.gpu_hours(TOY, setup, steps=1, rollouts_per_step=40, tokens_per_rollout=3500, turns=2)
+    concurrent = compute.gpu_hours(TOY, setup, steps=10, rollouts_per_step=40, tokens_per_rollout=3500, turns=2,
+                                   concurrent_tools=True)
+    assert concurrent["tools_s"] < cost["tools_s"] and concurrent["train_s"] == cost["train_s"]
+
+
+def test_the_live_step_is_bound_by_one_engines_cache_and_the_serial_environment():
+    """The reviewer's findings, as the plan now computes them for live 004's arm B: one vLLM GPU's KV cache holds
+    ~357k tokens, so of 112 contexts growing to ~19.5k tokens it decodes 18 at once by the last turn and prefills
+    every context again each turn; the environment, serial per process, costs 16 x 60 s of grading a step (not
+    4 x 60 s); training counts the recompute and importance-sampling forwards (about twice the 6 x parameters
+    count alone)."""
+    values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
+    w = compute.workload(values)
+    assert (w["tokens_per_rollout"], w["turns"]) == (19_500, 18)
+    model, setup = compute.MODELS["Qwen/Qwen3-8B"], compute.Setup("full", "server", 0, 8, dpo_pairs=1)
+    assert 340_000 < compute.kv_tokens(model, H100, compute.VLLM_MEMORY) < 370_000
+    cost = compute.gpu_hours(model, setup, steps=100, rollouts_per_step=112, tokens_per_rollout=19_500, turns=18)
+    assert cost["batch_last"] == 18 and cost["grade_s"] == 16 * (compute.START_S + compute.GRADING_S)
+    six_n = 6 * 8.19e9 * 112 * 19_500 * 3 / (compute.MFU * H100.peak_flops * 7)  # rollout + 2 DPO sequences
+    assert 1.5 < cost["train_s"] / six_n < 2.5
+    assert cost["generate_s"] > cost["train_s"] * 5  # the one vLLM GPU, not training, bounds the step
+
+
+def test_a_published_run_lands_within_twice_its_gpu_hours():
+    """SkyRL-v0's Qwen3-8B run (NovaSky-AI/SkyRL README: SkyRL-Agent-8B-v0 trained in 27 h on 8 H200 = 216
+    GPU-hours; its script examples/sky/swebench/run_skyrl_agent_qwen8b_nt.sh: 32 prompts x 8 trajectories = 256
+    rollouts a step, at most 25 turns, 31,232 + 1,536 tokens of context, generation on all 8 GPUs at 0.8 of their
+    memory, a KL reference's forward, 64 agents' environments at once on remote sandboxes). Its step count is not
+    published, so the check is the one the issue gives for runs with generation on every GPU and asynchronous
+    environments: ~250-500 GPU-hours for 100 steps x 112 rollouts at 8B. The plan, with no calibration constant,
+    gives 144 (within 2x of the band: the band's low end); at its ~1,280 s a 256-rollout step, SkyRL's 27 h would
+    be ~76 steps (8 epochs of its 293 tasks). Live 004's own layout (one vLLM GPU, the environment serial) costs
+    over 5x that per rollout at the same turns and tokens."""
+    model = compute.MODELS["Qwen/Qwen3-8B"]
+    skyrl = compute.Setup("full", "colocate", 0.8, 8, hint_teacher=True, gpu="H200")
+    w = compute.workload({"student": "Qwen/Qwen3-8B", "steps": 100, "prompts_per_step": 14, "generations": 8,
+                          "max_completion_length": 32768, "max_tool_calling_iterations": 25, "env_max_steps": 25})
+    at = dict(tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"], concurrent_tools=True)
+    hundred = compute.gpu_hours(model, skyrl, steps=100, rollouts_per_step=112, **at)["gpu_hours"]
+    assert 250 / 2 <= hundred <= 500 * 2, hundred
+    step = compute.gpu_hours(model, skyrl, steps=1, rollouts_per_step=256, **at)
+    assert 60 <= 27 * 3600 / step["step_s"] <= 90  # the steps SkyRL's 27 h would hold, by the plan
+    live = compute.gpu_hours(model, compute.Setup("full", "server", 0, 8, dpo_pairs=0), steps=100,
+                             rollouts_per_step=112, tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
+    assert live["gpu_hours"] > 5 * hundred
 
 
 @pytest.mark.parametrize("args, message", [
@@ -63,17 +155,34 @@ def test_gpu_hours_by_hand():
     (("full", "none", 0.3, 1), "vllm_fraction 0.3"),
     (("full", "server", 0, 1), "more than 1 in server mode"),
     (("full", "none", 0, 1, False, -1), "dpo_pairs -1"),
+    (("full", "none", 0, 1, False, 0, "A100"), "gpu 'A100'"),
 ])
 def test_bad_setups_are_refused_by_name(args, message):
     with pytest.raises(ValueError, match=message):
-        plan.Setup(*args)
+        compute.Setup(*args)
+
+
+def test_an_unknown_student_is_refused_naming_the_known_and_the_fix():
+    with pytest.raises(ValueError, match=r"unknown student 'Qwen/Qwen3-14B': .*Qwen/Qwen3-8B.*config.json"):
+        compute.model("Qwen/Qwen3-14B")
+    values = yaml.safe_load((ROOT / "params/live/002a-trace-collection-trl.yaml").read_text())
+    with pytest.raises(ValueError, match="unknown student 'x/y'"):
+        plan.table("002a-trace-collection-trl", {**values, "student": "x/y"})
+
+
+def test_the_modules_import_downward():
+    """compute holds the tables, power imports compute, plan (the CLI and headers) both: no circle."""
+    code = ("import sys, composer.compute; assert not {'composer.power', 'composer.plan'} & set(sys.modules); "
+            "import composer.power; assert 'composer.plan' not in sys.modules; import composer.plan")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
 
 
 def test_an_8b_full_fine_tune_with_colocated_vllm_does_not_fit_one_gpu():
     values = yaml.safe_load((ROOT / "params/live/002a-trace-collection-trl.yaml").read_text())
-    rows = {(s.mode, s.gpus): plan.memory_gb(plan.MODELS[values["student"]], s,
-                                             seq_tokens=values["max_completion_length"])["fits"]
-            for s in plan.SETUPS["002a-trace-collection-trl"]}
+    rows = {(s.mode, s.gpus): compute.memory_gb(compute.MODELS[values["student"]], s,
+                                                seq_tokens=values["max_completion_length"])["fits"]
+            for s in compute.SETUPS["002a-trace-collection-trl"]}
     assert rows == {("full", 1): False, ("lora", 1): True, ("full", 8): True}
 
 
@@ -83,12 +192,12 @@ def test_the_004_rows_are_the_live_configuration():
     other GPUs, a step's rollouts split evenly over its processes."""
     values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
     assert values["trainer_config"]["per_device_train_batch_size"] == 1
-    fits = {(s.mode, s.vllm, s.dpo_pairs): plan.memory_gb(plan.MODELS[values["student"]], s,
-                                                          seq_tokens=values["max_completion_length"])["fits"]
-            for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]}
+    fits = {(s.mode, s.vllm, s.dpo_pairs): compute.memory_gb(compute.MODELS[values["student"]], s,
+                                                             seq_tokens=values["max_completion_length"])["fits"]
+            for s in compute.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]}
     assert fits == {("lora", "colocate", 1): False, ("lora", "server", 1): True, ("full", "colocate", 1): False,
                     ("full", "server", 1): True, ("full", "server", 2): False}
-    [fitting] = [s for s in plan.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]
+    [fitting] = [s for s in compute.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"]
                  if (s.mode, s.vllm, s.dpo_pairs) == ("full", "server", 1)]
     assert values["trainer_config"]["vllm_mode"] == fitting.vllm
     launcher = shlex.split(values["launcher"])
@@ -98,7 +207,7 @@ def test_the_004_rows_are_the_live_configuration():
     server = launcher[1].split("CUDA_VISIBLE_DEVICES=")[1].split()[0].split(",")
     devices = next(a for a in launcher[3:] if a.startswith("CUDA_VISIBLE_DEVICES=")).split("=")[1].split(",")
     assert processes == len(devices) == fitting.training_gpus
-    assert len(server) == plan.VLLM_SERVER_GPUS and not set(server) & set(devices)
+    assert len(server) == compute.VLLM_SERVER_GPUS and not set(server) & set(devices)
     rollouts = values["prompts_per_step"] * values["generations"]
     micro_batches = collect.split_rollouts(rollouts, processes, 1)[1]  # raises if the rollouts do not split
     assert micro_batches == rollouts // processes
