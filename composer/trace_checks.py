@@ -177,10 +177,11 @@ def check_traces(records: list[traces.StepRecord], *, expected_rollouts: int | N
         "errored": {"rollouts": len(errored), "reasons": dict(Counter(_reason(e) for e in errored.values())),
                     "ids": sorted(errored)},
         # submissions whose grading reset test files or configuration to the base (composer.env.grading), whose
-        # source changes the scan flagged (composer.env.tampering), or whose canaries said forged
-        # (composer.env.canaries)
+        # source changes the scan flagged as decisive (composer.env.tampering), or whose canaries said forged
+        # (composer.env.canaries); "review": those the scan named for review only (they scored as graded)
         "tampering": {"rollouts": sum(any(t.get(k) for k in _TAMPERING) for t in tampering.values()),
                       **{k: sum(bool(t.get(k)) for t in tampering.values()) for k in _TAMPERING},
+                      "review": sum(bool(t.get("review")) for t in tampering.values()),
                       "ids": sorted(tid for tid, t in tampering.items() if any(t.get(k) for k in _TAMPERING))},
     }
     out["gate"] = {

@@ -157,8 +157,8 @@ def test_4_module_under_test_patching_pytest_at_import(env, record):
     append(env, source(record), "import _pytest.reports as _r\n" + FORGED_REPORTS)
     assert all(env.call("run_tests").info.tests.values())
     obs = submit(env)
-    assert obs.reward == 0.0 and any("pytest internals" in f for f in tampering(env)["flagged"])
-    assert "tampers with the test run" in obs.text
+    assert obs.reward == 0.0 and any("pytest internals" in f for f in tampering(env)["review"])
+    assert tampering(env)["forged"] and "outcomes forged" in obs.text  # the canaries score it, not the scan
 
 
 @pytest.mark.parametrize("flag", [True, False])
@@ -386,7 +386,7 @@ def test_in_process_forging_scores_0(record, attack, flag):
     found = tampering(env)
     env.close()
     assert obs.reward == 0.0
-    assert found["flagged"] or layer == "probes", "the scan names it whether or not it counts"
+    assert found["flagged"] or found["review"] or layer == "probes", "the scan names it whether or not it counts"
     if layer == "canaries" and not flag:
         assert found["forged"] and "outcomes forged" in obs.text
     if layer == "plain":
@@ -567,9 +567,9 @@ def test_repository_growth_is_bounded(tmp_path):
         time.sleep(0.01)
     time.sleep(5)
     """
-    start = time.monotonic()
-    rc, out, timed_out = sandbox.run_python(repo, ["-c", textwrap.dedent(code)], disk_mb=32, timeout_s=20)
-    assert rc < 0 and "grew past 32 MB" in out and not timed_out and time.monotonic() - start < 10
+    rc, out, timed_out = sandbox.run_python(repo, ["-c", textwrap.dedent(code)], disk_mb=32, timeout_s=60)
+    # outcomes, not the clock: the size watch killed it (not the timeout), before it wrote all it meant to
+    assert rc < 0 and "grew past 32 MB" in out and not timed_out
     assert sum(p.stat().st_size for p in repo.iterdir()) < 400 * 2**20
 
 
@@ -611,8 +611,8 @@ def test_a_regex_that_explodes_at_compile_is_refused_fast_and_small(env):
     for pattern in ["((((a{100}){100}){100}){100})", "(x+x+)+y" * 3, "(?:a|b|c|d|e|f){1000}" * 2]:
         obs = env.call("search", pattern=pattern)
         assert obs.info.ok is False or "no matches" in obs.text
-    assert time.monotonic() - start < 5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KiB: under 200 MB
+    assert time.monotonic() - start < 60  # a hang guard only (it takes well under a second): the memory is the check
 
 
 def test_a_fifo_in_the_repo_hangs_no_tool(env, record):
@@ -629,8 +629,11 @@ def test_a_fifo_in_the_repo_hangs_no_tool(env, record):
     assert "notes.txt" not in env.call("list_files").text
     assert env.call("view", path="notes.txt").info.ok is False
     assert env.call("search", pattern="def").info.ok
-    assert submit(env).reward == 0.0
-    assert time.monotonic() - start < 20
+    # a tool that opened the FIFO would block for good; a grading run that did would end at its timeout
+    # (test_timeout_s) and say so: the outcome, not the clock, shows that none did
+    obs = submit(env)
+    assert obs.reward == 0.0 and "timed out" not in (obs.info.error or ""), obs.info.error
+    assert time.monotonic() - start < 120  # a hang guard only: these take a few seconds
 
 
 def test_non_utf8_file_names_never_break_a_step(env, record, tmp_path):
@@ -735,7 +738,7 @@ def test_a_forked_run_holds_no_way_back_to_the_fork_server_and_dies_whole_at_its
         run = sandbox._pytest_once(s.repo, ["tests/test_h.py::test_fds", "tests/test_h.py::test_hang"], 2,
                                    s.plugin_dir, lambda args, extra: sandbox._forked(s, args, extra))
         assert run.timed_out and run.outcomes["tests/test_h.py::test_fds"] is True
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 30  # a hang guard: they are gone in well under a second
         while _running(uid) and time.monotonic() < deadline:  # SIGKILLed, finishing their exit
             time.sleep(0.05)
         assert _running(uid) == []  # the sleeper died with the run

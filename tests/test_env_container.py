@@ -64,6 +64,34 @@ WRONG_FIX = """diff --git a/src/marshmallow/schema.py b/src/marshmallow/schema.p
  
 """
 
+# A passing test broken (an empty result gets an item) and the broken result rigged to equal exactly what that test
+# expects ({}). The must-fail canaries compare other values, which it does not equal: only plain values see it.
+RIGGED_RESULT = """--- a/src/marshmallow/marshalling.py
++++ b/src/marshmallow/marshalling.py
+@@ -306,3 +306,20 @@
+ 
+     # Make an instance callable
+     __call__ = deserialize
++
++
++class _Rigged(dict):
++    def __eq__(self, other):
++        return other == {} or dict.__eq__(self, other)
++    __hash__ = None
++
++
++_serialize = Marshaller.serialize
++
++
++def _broken(self, *args, **kwargs):
++    result = _serialize(self, *args, **kwargs)
++    return _Rigged(result, junk=1) if result == {} else result
++
++
++Marshaller.__call__ = _broken
+"""
+BROKEN = "tests/test_marshalling.py::TestMarshaller::test_missing_data_are_skipped"
+
 
 @pytest.fixture(scope="module")
 def record(real_record):
@@ -126,7 +154,7 @@ def test_empty_edited_test_and_forged_conftest_score_0(record):
     assert graded["resolved"] is False and graded["tampering"]["forged"]
 
 
-def test_pytest_patched_from_the_module_under_test_is_refused_by_the_scan_or_caught_by_the_canaries(record):
+def test_pytest_patched_from_the_module_under_test_is_named_by_the_scan_and_caught_by_the_canaries(record):
     """The issue's in-process forgery on a real repository: the harness's run is fooled by it, ours is not."""
     forgery = ("\nimport importlib as _il\n_r = _il.import_module('_' + 'py' + 'test.reports')\n"
                "_real = _r.TestReport.from_item_and_call.__func__\n"
@@ -140,11 +168,49 @@ def test_pytest_patched_from_the_module_under_test_is_refused_by_the_scan_or_cau
     patch = env.call("submit").info and env._ep.patch
     env.close()
     iid = record["instance_id"]
-    refused = swebench.evaluate([pred(record, patch)], [record], run_id="t")["instances"][iid]
-    assert refused["resolved"] is False and "an import with a computed name" in refused["tampering"]["flagged"][0]
+    named = swebench.evaluate([pred(record, patch)], [record], run_id="t")["instances"][iid]
+    assert named["resolved"] is False and named["tampering"]["forged"]
+    assert "an import with a computed name" in named["tampering"]["review"][0] and not named["tampering"]["flagged"]
     caught = swebench.evaluate([pred(record, patch)], [record], run_id="t", flag_tampering=False)["instances"][iid]
     assert caught["resolved"] is False and caught["tampering"]["forged"]
     assert caught["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P]  # the forged outcome, read and not trusted
+
+
+@pytest.mark.parametrize("attack", ["the same patch base64-encoded through exec(compile(...))",
+                                    "a thread at import swapping the test functions' code for a no-op"])
+def test_the_embedded_in_process_forgeries_score_0_on_the_real_instance_with_the_scan_off(record, attack):
+    from test_env_attacks import IN_PROCESS  # the attack suite's own code, unchanged
+    env = CodingEnv()
+    env.reset(instance=record)
+    path = "src/marshmallow/__init__.py"
+    n = len((env.repo / path).read_text().splitlines())
+    assert env.call("edit", path=path, start=n + 1, end=n, new_text=IN_PROCESS[attack][1](record)).info.ok
+    env.call("submit")
+    patch = env._ep.patch
+    env.close()
+    graded = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False)
+    # 0: the canaries saw the forgery, or it reached nothing and the bug failed the task's test honestly
+    assert graded["resolved"] is False
+    assert graded["tampering"]["forged"] or graded["tests_status"]["FAIL_TO_PASS"]["failure"] == [F2P]
+
+
+def test_a_result_rigged_to_equal_the_expected_value_is_made_plain(record, monkeypatch):
+    patch = record["patch"] + RIGGED_RESULT  # the real fix too: only the rigged test stands between it and 1.0
+    graded = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False)
+    assert graded["resolved"] is False and not graded["tampering"]["forged"]
+    assert graded["tests_status"]["PASS_TO_PASS"]["failure"] == [BROKEN]  # failed as its plain value does
+    assert graded["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P]
+    assert graded["tampering"]["plain_values"] == "on"
+    monkeypatch.setattr(container, "_plain_values", lambda box, known: [])  # without the layer it fools grading
+    fooled = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False)
+    assert fooled["resolved"] is True and not fooled["tampering"]["forged"]
+
+
+def test_an_image_whose_python_cannot_load_plain_values_grades_without_them_and_says_so(record, monkeypatch):
+    monkeypatch.setattr(container.sandbox, "PLAIN_VALUES", "raise ImportError('too old a Python')\n")
+    graded = container.grade(pred(record, record["patch"]), record, timeout_s=600)
+    assert graded["resolved"] is True  # the honest fix is not failed by a layer the image cannot run
+    assert graded["tampering"]["plain_values"] == "off: ImportError: too old a Python"
 
 
 def test_three_episodes_at_once(record):
@@ -165,10 +231,10 @@ def test_a_flood_of_output_stays_in_the_container_but_its_end(record, monkeypatc
 def test_a_test_run_past_its_timeout_is_cut_and_reported(record):
     env = CodingEnv(config=EnvConfig(real_test_timeout_s=3))
     env.reset(instance=record)
-    (env.repo / "tests/test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    (env.repo / "tests/test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(900)\n")
     start = time.monotonic()
     obs = env.call("run_tests", test_ids=["tests/test_slow.py::test_slow"])
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 300  # a hang guard: cut, it takes seconds; uncut, 900
     assert obs.info.error == "tests timed out after 3 s" and obs.info.tests == {"tests/test_slow.py::test_slow": False}
     env.close()
 
@@ -182,7 +248,7 @@ def test_a_killed_episode_leaves_no_container(record, tmp_path):
     assert name and ours(name) == {name}
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a hang guard: the poll ends as soon as the container is gone
     while ours(name) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert ours(name) == set()
@@ -205,7 +271,7 @@ def podman_socket(tmp_path):
         pytest.skip("rootless podman cannot network the official harness's containers: " + "; ".join(lacking))
     sock = tmp_path / "podman.sock"
     service = subprocess.Popen([container.engine(), "system", "service", "--time=0", f"unix://{sock}"])
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang guard: the poll ends as soon as the socket is there
     while not sock.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     yield f"unix://{sock}"

@@ -108,10 +108,13 @@ def test_tampering_reset_flagged_and_forged_submissions_are_counted():
     forged.outcome = {"tampering": {"reset": [], "flagged": [], "forged": ["outcomes forged: canary t::x ..."]}}
     clean = record("c", 0, done=True, reward=1.0)
     clean.outcome = {"tampering": {"reset": [], "flagged": [], "forged": []}}
+    reviewed = record("f", 0, done=True, reward=1.0)  # named for review only: counted apart, not as tampering
+    reviewed.outcome = {"tampering": {"reset": [], "flagged": [], "review": ["inspect in a/b.py:1"], "forged": []}}
     unsubmitted = record("d", 0, done=True, reward=0.0)
     unsubmitted.outcome = {"tampering": None}
-    check = trace_checks.check_traces([reset, flagged, forged, clean, unsubmitted])
-    assert check["tampering"] == {"rollouts": 3, "reset": 1, "flagged": 1, "forged": 1, "ids": ["a", "b", "e"]}
+    check = trace_checks.check_traces([reset, flagged, forged, clean, reviewed, unsubmitted])
+    assert check["tampering"] == {"rollouts": 3, "reset": 1, "flagged": 1, "forged": 1, "review": 1,
+                                  "ids": ["a", "b", "e"]}
 
 
 def test_reward_alignment_flags_a_reward_that_the_environment_disagrees_with(records):

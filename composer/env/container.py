@@ -276,10 +276,12 @@ ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed && cd 
 def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: bool = True,
           limits: Limits = Limits()) -> dict:
     """The harness's report for one prediction (patch_is_None, patch_exists, patch_successfully_applied, resolved,
-    tests_status), `error`, and `tampering` ({"flagged": [...], "forged": [...]}), from a fresh container.
+    tests_status), `error`, and `tampering` ({"flagged": [...], "review": [...], "forged": [...], "plain_values":
+    "on" or why off}), from a fresh container.
 
     As the harness does it (see the module doc), with two additions: the changed source files are scanned
-    (composer.env.tampering; a flagged patch is not run when flag_tampering), and where the test command is
+    (composer.env.tampering; a patch with decisive findings is not run when flag_tampering), and where the test
+    command is
     pytest, canaries are planted in the test files after the test patch (composer.env.canaries), the tests
     renamed alike; a canary with the wrong outcome means not resolved."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
@@ -288,7 +290,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     patch = prediction["model_patch"] or ""
     report = {"patch_is_None": prediction["model_patch"] is None, "patch_exists": bool(patch),
               "patch_successfully_applied": False, "resolved": False, "error": None,
-              "tampering": {"flagged": [], "forged": []}}
+              "tampering": {"flagged": [], "review": [], "forged": []}}
     changed = patches.diff_paths(patch) if patch.strip() else []
     script = spec.eval_script_list
     start = script.index(f": '{START_TEST_OUTPUT}'")
@@ -306,7 +308,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
         else:
             report["error"] = f"patch did not apply: {applied.strip()[-500:]}"
             return report
-        report["tampering"]["flagged"] = tampering.scan(before, {p: box.read(f"/testbed/{p}") for p in changed})
+        report["tampering"].update(tampering.report(before, {p: box.read(f"/testbed/{p}") for p in changed}))
         if report["tampering"]["flagged"] and flag_tampering:
             return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
         box.write("/eval_setup.sh", _script(script[:start]))

@@ -42,9 +42,10 @@ Episode rules (decisions, with the reason):
   nothing a run_tests call left anywhere is there), with canary tests planted among the task's
   (composer.env.canaries), held-out probes (composer.env.probes) and the values the tests compare
   made plain; reward 1.0 when all pass, every canary came out as it must and every probe recorded
-  the gold value, else 0.0. A change whose source files tamper with the
-  test run (composer.env.tampering) scores 0 (`flag_tampering`, default True). What was reset,
-  flagged or forged is in the trace record's outcome["tampering"].
+  the gold value, else 0.0. A change whose source files reach the grading's own machinery
+  (composer.env.tampering's decisive findings) scores 0 (`flag_tampering`, default True); its other
+  findings are kept for review and score nothing. What was reset, flagged, named for review or
+  forged is in the trace record's outcome["tampering"].
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
@@ -92,7 +93,7 @@ class EnvConfig:
     max_observation_chars: int = 8_000  # the text the model sees, head and tail kept
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
     warm_tests: bool | None = None  # a per-episode PytestWorker for run_tests; None: only without the fork server
-    flag_tampering: bool = True  # a submission whose source changes tamper with the test run scores 0
+    flag_tampering: bool = True  # a submission whose source changes reach the grading's machinery scores 0
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
     search_max_matches: int = 50
@@ -152,7 +153,7 @@ class _Episode:
     submitted: bool = False
     reward: float | None = None
     patch: str | None = None
-    tampering: dict | None = None  # from grading: {"reset": [paths], "flagged": [findings], "forged": [canaries]}
+    tampering: dict | None = None  # grading's: {"reset": [paths], "flagged"/"review": [findings], "forged": [...]}
     worker: PytestWorker | None = None  # run_tests' warm pytest; None where runs are forked, or once done
     workspace: container.Workspace | None = None  # a real instance's container (its run_tests); None if embedded
 
@@ -433,7 +434,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         if ep.tampering["reset"]:
             text += f"\n(graded with the base's version of: {', '.join(ep.tampering['reset'][:10])})"
         if ep.tampering["flagged"] and self.config.flag_tampering:
-            text += f"\n(scored 0: the change tampers with the test run: {'; '.join(ep.tampering['flagged'][:5])})"
+            text += f"\n(scored 0: the change reaches the grading itself: {'; '.join(ep.tampering['flagged'][:5])})"
         if ep.tampering.get("forged"):
             text += f"\n(scored 0: outcomes forged: {len(ep.tampering['forged'])} canary test(s) came out wrong)"
         return _Result(text, tests=outcomes or None, error=report["error"])

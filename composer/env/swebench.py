@@ -18,10 +18,11 @@ schema_version 2) plus `instances`: the per-instance `report.json` content of th
 Both kinds are graded on the model patch without its tests and test-run configuration (conftest.py,
 pytest.ini, setup.cfg, pyproject.toml, *.pth, ...: composer.env.grading; listed in the report's
 `tampering["reset"]`), stricter than the harness, which would let a conftest.py the model wrote steer its run; a
-model patch whose changed source files tamper with the test run (`tampering["flagged"]`: composer.env.tampering)
-is not resolved and not run unless flag_tampering=False; canary tests planted among the task's tests at grading
-(composer.env.canaries) that come out wrong (`tampering["forged"]`) mean not resolved, whatever flag_tampering
-says. An empty patch is an empty-patch instance (never run), a patch that does not apply an error instance, as in
+model patch whose changed source files reach the grading's own machinery (`tampering["flagged"]`: the decisive
+findings of composer.env.tampering) is not resolved and not run unless flag_tampering=False, and the scan's other
+findings are listed for review (`tampering["review"]`), scoring nothing; canary tests planted among the task's
+tests at grading (composer.env.canaries) that come out wrong (`tampering["forged"]`) mean not resolved, whatever
+flag_tampering says. An empty patch is an empty-patch instance (never run), a patch that does not apply an error instance, as in
 the harness.
 
 Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does it: the repo at
@@ -214,7 +215,7 @@ def real_missing(instance: dict) -> list[str]:
 def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tampering: bool) -> dict:
     report = {"patch_is_None": pred["model_patch"] is None, "patch_exists": pred["model_patch"] is not None,
               "patch_successfully_applied": False, "resolved": False, "error": None,
-              "tampering": {"reset": [], "flagged": [], "forged": []}}
+              "tampering": {"reset": [], "flagged": [], "review": [], "forged": []}}
     if not (pred["model_patch"] or "").strip():
         return report
     patch, reset = grading.source_only(pred["model_patch"], frozenset(patches.diff_paths(instance["test_patch"])))
@@ -240,7 +241,7 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
             if patch.strip():
                 patches.apply_unified_diff(repo, patch)
             report["patch_successfully_applied"] = True
-            report["tampering"]["flagged"] = tampering.scan(before, {p: _text(repo, p) for p in changed})
+            report["tampering"].update(tampering.report(before, {p: _text(repo, p) for p in changed}))
             patches.apply_unified_diff(repo, instance["test_patch"])
         except (ValueError, patches.SandboxError) as e:
             report["error"] = str(e)

@@ -1,9 +1,10 @@
-"""What in an agent's changed source files looks like tampering with the test run, read from their syntax trees.
+"""What in an agent's changed source files reaches into the test run, read from their syntax trees.
 
     from composer.env import tampering
 
-    tampering.scan({"calc/ops.py": base_text}, {"calc/ops.py": patched_text})
-    # ["exec, eval or compile in calc/ops.py:31", "a thread started at import in calc/ops.py:40", ...]
+    found = tampering.scan({"calc/ops.py": base_text}, {"calc/ops.py": patched_text})
+    # ["exec, eval or compile in calc/ops.py:31", "the grading's own names in calc/ops.py:40", ...]
+    tampering.decisive(found)   # ["the grading's own names in calc/ops.py:40"]: these score 0, the rest is review
 
 Code under test runs in the test process, so it can reach pytest, the test functions and the values they compare.
 The scan reads each changed source file whole (a construct can span lines, or sit in an unchanged line the diff
@@ -14,15 +15,25 @@ names computed at run time; interpreter hooks (`sys.modules`, `sys.settrace`, `b
 timers and processes started at import, and processes anywhere; ending the process; rigged comparisons (a class
 that defines comparison or conversion methods, a subclass of a builtin value type, a class built by `type()`,
 methods assigned at run time, unittest.mock); encoded payloads (base64, zlib, marshal, pickle); compiled code.
-A finding counts where the change adds it: in a construct of that kind, in that scope (module level or which
-function), there are more after the change than before, so a repository that already uses threads or `inspect`
-is flagged only for new uses. A file that does not parse is skipped (importing it fails, and so do its tests).
+A finding counts where the change adds it: there are more constructs of that kind in the file after the change
+than before, so a repository that already uses threads or `inspect` is flagged only for new uses, and a function
+renamed or moved carries its constructs with it. A file that does not parse is skipped (importing it fails, and so
+do its tests). pytest's own internals are not findings in pytest's and pluggy's own source (`_pytest/`, `pytest/`,
+`pluggy/`, `py/`), where they are the code under test.
 
-This is the one check that recognises attacks, so it is one layer of three: canaries (composer.env.canaries)
-catch forged outcomes however they were made, and the plain-values plugin undoes rigged builtin subclasses.
+Most of these constructs are everyday idioms of real libraries (computed attribute names, comparison methods,
+`inspect`, `importlib`, `threading`): scored 0, they failed 95 of 1,350 real bug-fix commits of SWE-bench Lite's
+repositories (pytest's 31 %) and 7 of 53 django patches the SWE-bench harness resolved (data/real-fixes). So they
+are named for review (the trace record keeps them) and score nothing. Only `decisive` findings score 0: constructs
+that reach the grading's own machinery, which no honest fix has a use for (0 of 1,498 real fixes has one): the
+outcome plugin's and the sandbox's names, tracing hooks, ending the process at once, a function's code swapped at
+run time, compiled files. The attacks themselves are scored by the layers that do not
+recognise anything: canaries (composer.env.canaries) catch forged outcomes however they were made, plain values
+undo rigged comparisons, and held-out probes catch answers hard-coded to the tests' inputs.
 """
 
 import ast
+import warnings
 from collections import Counter
 from pathlib import PurePosixPath
 
@@ -68,18 +79,19 @@ MODULE_ATTRIBUTES = {
             **dict.fromkeys(("settrace", "setprofile", "addaudithook", "_clear_type_cache"), "tracing hooks"),
             **dict.fromkeys(("_getframe", "_current_frames"), "frame or code-object access"),
             **dict.fromkeys(("excepthook", "displayhook", "unraisablehook"), "interpreter hooks")},
-    "os": dict.fromkeys(("_exit", "kill", "killpg", "abort", "fork", "forkpty", "system", "popen", "execv",
-                         "execve", "execvp", "execvpe", "execl", "execle", "execlp", "spawnv", "spawnve", "spawnl",
-                         "posix_spawn", "posix_spawnp", "pidfd_open", "register_at_fork"),
-                        "ending the process, or another process"),
+    "os": {**dict.fromkeys(("kill", "killpg", "fork", "forkpty", "system", "popen", "execv", "execve", "execvp",
+                            "execvpe", "execl", "execle", "execlp", "spawnv", "spawnve", "spawnl", "posix_spawn",
+                            "posix_spawnp", "pidfd_open", "register_at_fork"), "another process"),
+           **dict.fromkeys(("_exit", "abort"), "ending the process at once")},
 }
 MODULE_ATTRIBUTES["posix"] = MODULE_ATTRIBUTES["os"]
 # Words in string constants, matched without regard to case.
 STRINGS = {"pytest": "pytest internals", "pluggy": "pytest internals", "conftest": "pytest internals",
-           "/proc/": "/proc", "composer": "the sandbox's names", "current_test": "the sandbox's names",
+           "/proc/": "/proc", "composer_sandbox": "the grading's own names",
+           "composer_plain": "the grading's own names", "current_test": "the test being run",
            "__code__": "frame or code-object access"}
-# The outcome plugin's internals, read from any object.
-PLUGIN_ATTRIBUTES = frozenset({"_FD", "_TOKEN", "_send", "_WANTED", "_PLAIN"})
+# The outcome plugin's internals, read from any object (not its `_send`: a method name of honest code, django's mail).
+PLUGIN_ATTRIBUTES = frozenset({"_FD", "_TOKEN", "_WANTED", "_PLAIN"})
 # Methods by which a value decides how it compares, hashes, iterates or converts.
 COMPARING = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__",
                        "__iter__", "__contains__", "__getitem__", "__missing__", "__index__", "__int__", "__float__",
@@ -90,6 +102,11 @@ BUILTIN_VALUES = frozenset({"int", "float", "complex", "str", "bytes", "list", "
 ATTRIBUTE_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr", "__getattribute__", "__setattr__",
                              "__delattr__"})
 COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
+# What scores 0: the grading's own machinery, which no honest fix has a use for (see the module doc).
+DECISIVE = ("the outcome plugin's internals", "the grading's own names", "tracing hooks", "ending the process at once",
+            "a function's code replaced at run time", "compiled code")
+# pytest's internals are the code under test in these packages' own source (pytest-dev/pytest, pluggy, py)
+PYTEST_PACKAGES = frozenset({"_pytest", "pytest", "pluggy", "py"})
 
 
 def scan(before: dict[str, str | bytes | None], after: dict[str, str | bytes | None]) -> list[str]:
@@ -103,10 +120,11 @@ def scan(before: dict[str, str | bytes | None], after: dict[str, str | bytes | N
             continue
         if after[path] is None or not path.endswith(".py"):
             continue
-        new = _findings(after[path])
+        own_pytest = bool(PYTEST_PACKAGES & set(PurePosixPath(path).parts[:-1]))
+        new = _findings(after[path], own_pytest)
         if new is None:
             continue
-        old = Counter(key for key, _ in _findings(before.get(path) or b"") or [])
+        old = Counter(key for key, _ in _findings(before.get(path) or b"", own_pytest) or [])
         seen = Counter()
         for key, line in new:
             seen[key] += 1
@@ -115,15 +133,30 @@ def scan(before: dict[str, str | bytes | None], after: dict[str, str | bytes | N
     return list(dict.fromkeys(found))
 
 
-def _findings(text: str | bytes) -> list[tuple[tuple[str, str, str], int]] | None:
-    """((what, detail, scope), line) for every construct of interest in a module's text; None if it does not parse."""
+def decisive(findings: list[str]) -> list[str]:
+    """The findings of `scan` that score 0 (DECISIVE); the others are for review."""
+    return [f for f in findings if f.startswith(tuple(f"{what} in " for what in DECISIVE))]
+
+
+def report(before: dict, after: dict) -> dict[str, list[str]]:
+    """scan's findings as grading reports them: {"flagged": the decisive ones, "review": the rest}."""
+    found = scan(before, after)
+    flagged = decisive(found)
+    return {"flagged": flagged, "review": [f for f in found if f not in flagged]}
+
+
+def _findings(text: str | bytes, own_pytest: bool = False) -> list[tuple[tuple[str, str], int]] | None:
+    """((what, detail), line) for every construct of interest in a module's text; None if it does not parse.
+    own_pytest: the file is pytest's (or pluggy's) own source, where its internals are not findings."""
     try:
-        tree = ast.parse(text)
+        with warnings.catch_warnings():  # an invalid escape in a string is the file's business, not the scan's
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
     visitor = _Visitor(_aliases(tree))
     visitor.visit(tree)
-    return visitor.found
+    return [f for f in visitor.found if not (own_pytest and f[0][0] in ("pytest internals", "a pytest hook"))]
 
 
 def _aliases(tree) -> dict[str, str]:
@@ -155,7 +188,7 @@ class _Visitor(ast.NodeVisitor):
         self.found, self.scope, self.aliases = [], ["<module>"], aliases
 
     def add(self, what: str, detail: str, node) -> None:
-        self.found.append(((what, detail, ".".join(self.scope)), node.lineno))
+        self.found.append(((what, detail), node.lineno))
 
     def _scoped(self, node, name: str) -> None:
         self.scope.append(name)
@@ -177,7 +210,7 @@ class _Visitor(ast.NodeVisitor):
             name = base.id if isinstance(base, ast.Name) else None
             if name in BUILTIN_VALUES or self.aliases.get(name) in BUILTIN_VALUES:
                 self.add("rigged comparisons (a subclass of a builtin value type)", name, node)
-            elif not isinstance(base, (ast.Name, ast.Attribute)):
+            elif not isinstance(base, (ast.Name, ast.Attribute, ast.Subscript)):  # Mapping[K, V] is no computed base
                 self.add("rigged comparisons (a class on a computed base)", ast.unparse(base)[:40], node)
         for item in _class_statements(node.body):
             names = [item.name] if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) else [
@@ -215,8 +248,9 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node):
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-        if name in CALLS:
-            self.add(CALLS[name], name, node)
+        if name in CALLS and (isinstance(func, ast.Name) or isinstance(func.value, ast.Name)
+                              and func.value.id in ("builtins", "__builtins__", "__builtin__")):
+            self.add(CALLS[name], name, node)  # exec(...), builtins.exec(...); not re.compile or a frame's eval
         if name in ATTRIBUTE_CALLS and len(node.args) >= 2:
             attribute = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
             if not isinstance(attribute, str):
@@ -239,13 +273,15 @@ class _Visitor(ast.NodeVisitor):
             self.add(ATTRIBUTES[node.attr], node.attr, node)
         if node.attr in PLUGIN_ATTRIBUTES or node.attr in ("_exit", "_getframe", "_current_frames"):
             self.add("the outcome plugin's internals" if node.attr in PLUGIN_ATTRIBUTES else
-                     "ending the process, or another process" if node.attr == "_exit" else
+                     "ending the process at once" if node.attr == "_exit" else
                      "frame or code-object access", node.attr, node)
         elif isinstance(node.value, ast.Name) and self.aliases.get(node.value.id) in MODULE_ATTRIBUTES:
             what = MODULE_ATTRIBUTES[self.aliases[node.value.id]].get(node.attr)
             if what:
                 self.add(what, node.attr, node)
-        if isinstance(node.ctx, ast.Store) and node.attr.startswith("__") and node.attr.endswith("__"):
+        if isinstance(node.ctx, ast.Store) and node.attr == "__code__":
+            self.add("a function's code replaced at run time", node.attr, node)
+        elif isinstance(node.ctx, ast.Store) and node.attr.startswith("__") and node.attr.endswith("__"):
             self.add("rigged comparisons (a method assigned at run time)", node.attr, node)
         self.generic_visit(node)
 
