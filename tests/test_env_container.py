@@ -91,6 +91,18 @@ RIGGED_RESULT = """--- a/src/marshmallow/marshalling.py
 +Marshaller.__call__ = _broken
 """
 BROKEN = "tests/test_marshalling.py::TestMarshaller::test_missing_data_are_skipped"
+# An honest line the scan names for review (frame or code-object access): grading loads plain values for it.
+NAMED = """--- a/src/marshmallow/marshalling.py
++++ b/src/marshmallow/marshalling.py
+@@ -11,6 +11,7 @@
+ from __future__ import unicode_literals
+ 
+ import collections
++import inspect
+ 
+ from marshmallow.utils import is_collection, missing, set_value
+ from marshmallow.compat import text_type, iteritems
+"""
 
 
 @pytest.fixture(scope="module")
@@ -206,9 +218,17 @@ def test_a_result_rigged_to_equal_the_expected_value_is_made_plain(record, monke
     assert fooled["resolved"] is True and not fooled["tampering"]["forged"]
 
 
+def test_plain_values_load_where_the_scan_named_something_and_change_no_honest_outcome(record):
+    gold = container.grade(pred(record, record["patch"]), record, timeout_s=600)
+    assert gold["resolved"] is True and gold["tampering"]["plain_values"] == "off: the scan named nothing"
+    named = container.grade(pred(record, record["patch"] + NAMED), record, timeout_s=600)
+    assert named["tampering"]["review"] and named["tampering"]["plain_values"] == "on"
+    assert named["resolved"] is True and named["tests_status"] == gold["tests_status"]
+
+
 def test_an_image_whose_python_cannot_load_plain_values_grades_without_them_and_says_so(record, monkeypatch):
     monkeypatch.setattr(container.sandbox, "PLAIN_VALUES", "raise ImportError('too old a Python')\n")
-    graded = container.grade(pred(record, record["patch"]), record, timeout_s=600)
+    graded = container.grade(pred(record, record["patch"] + NAMED), record, timeout_s=600)
     assert graded["resolved"] is True  # the honest fix is not failed by a layer the image cannot run
     assert graded["tampering"]["plain_values"] == "off: ImportError: too old a Python"
 

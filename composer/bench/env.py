@@ -81,11 +81,13 @@ import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
+from unittest import mock
 
 from composer.bench import machine
 from composer.paths import ROOT
-from composer.env import sandbox, tasks
+from composer.env import sandbox, tampering, tasks
 from composer.env.worker import PytestWorker
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
@@ -278,7 +280,20 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
         finally:
             env.close()
 
+    def grading_s(plain: bool) -> float:
+        gold = {"instance_id": record["instance_id"], "model_name_or_path": "gold", "model_patch": record["patch"]}
+        with ExitStack() as on:
+            if plain:  # the gold patch as if the scan had named something in it: grading loads plain values
+                report = tampering.report
+                on.enter_context(mock.patch.object(container.tampering, "report", lambda before, after: {
+                    **report(before, after), "review": ["(bench) as if named"]}))
+            start = time.perf_counter()
+            graded = container.grade(gold, record, timeout_s=600)
+            assert graded["resolved"] and (graded["tampering"]["plain_values"] == "on") is plain, graded
+            return time.perf_counter() - start
+
     begin = machine()
+    pairs = [(grading_s(True), grading_s(False)) for _ in range(2)]  # interleaved: the machine's drift hits both
     runs = {}
     for n in (1, workers):
         start = time.perf_counter()
@@ -293,6 +308,10 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
         **{f"{k}_p50": statistics.median(e[k] for e in every) for k in ("start_s", "run_tests_s", "grading_s")},
         "episodes_per_s": {str(n): v for n, v in per_s.items()},
         "speedup_at_once": per_s[workers] / per_s[1],
+        # what plain values add to a grading where they load (the base's classes read out of /testbed, the plugin
+        # written, the code under test wrapped): the gold patch graded with and without them, two interleaved pairs
+        "grading_plain_values_added_s": statistics.median(a - b for a, b in pairs),
+        "grading_with_plain_values_s": [a for a, _ in pairs], "grading_without_plain_values_s": [b for _, b in pairs],
         "rewards_ok": all(e["reward"] == (1.0 if e["gold"] else 0.0) for e in every),
         "runs": {str(n): run for n, run in runs.items()},
         **begin,
@@ -318,7 +337,8 @@ def main(argv=None) -> int:
         result = measure_container(record, args.episodes or 6, args.workers)
         print(f"container episodes on {record['instance_id']} ({result['engine']}): start "
               f"{result['start_s_p50']:.2f} s, run_tests {result['run_tests_s_p50']:.2f} s, grading "
-              f"{result['grading_s_p50']:.2f} s (medians); episodes/s " + ", ".join(
+              f"{result['grading_s_p50']:.2f} s (medians; plain values add "
+              f"{result['grading_plain_values_added_s']:+.2f} s a grading); episodes/s " + ", ".join(
                   f"{n} at once {v:.3f}" for n, v in result["episodes_per_s"].items()))
         print(json.dumps(result))
         return 0 if result["rewards_ok"] else 1
