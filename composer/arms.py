@@ -190,8 +190,10 @@ def jobs(plan: Plan) -> list[dict]:
         if pairs is not None and pairs not in pair_keys:
             pair_keys[pairs] = _file_key(plan.pairs[pairs])
         channels = {k: v for k, v in arm.items() if k != "pairs"}
+        # where the training logs (report_to) does not change what it trains: not in the key
+        grpo = {k: v for k, v in plan.grpo.items() if k != "report_to"}
         train_key = f"train-{name}-s{seed}-" + config_hash(
-            **base, seed=seed, tasks=records_key(seed_tasks(plan, seed)), grpo=plan.grpo, channels=channels,
+            **base, seed=seed, tasks=records_key(seed_tasks(plan, seed)), grpo=grpo, channels=channels,
             pairs=pair_keys.get(pairs))
         out.append({"kind": "train", "arm": name, "seed": seed, "channels": channels,
                     "pairs": plan.pairs[pairs] if pairs else None, "key": train_key})

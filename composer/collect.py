@@ -61,6 +61,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -584,7 +585,8 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
                   env_config: EnvConfig | None = None, call_timeout_s: float | None = 60.0,
                   faults: EnvFaults | None = None, seed: int = 0, temperature: float = 1.0,
                   learning_rate: float = 1e-5, checkpoint: bool = True, recording_env: bool = True,
-                  channels: dict | None = None, pairs_dataset=None, turn_cache: bool = True, **config):
+                  channels: dict | None = None, pairs_dataset=None, turn_cache: bool = True, report_to=(),
+                  concurrent_tools: bool = True, tool_workers: int | None = None, **config):
     """A GRPOTrainer over the embedded environment (RecordingEnv): by default CPU, offline, one generation batch
     of prompts_per_step x generations rollouts per optimizer step, a checkpoint after every step (resume);
     `config` overrides any GRPOConfig field but the batch's: per_device_train_batch_size is the rollouts per forward
@@ -592,11 +594,18 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     log, no fault handling): the baseline of the recorder's overhead. `channels` (ComposerConfig's channel fields,
     e.g. trace_replay_weight) makes it a ComposerTrainer, with `pairs_dataset` for the trace-replay channel. Either
     generates through composer.turn_cache (each rollout's KV cache kept from one tool-calling turn to the next);
-    turn_cache=False leaves TRL's own generation (the baseline of `python -m composer bench turns`)."""
+    turn_cache=False leaves TRL's own generation (the baseline of `python -m composer bench turns`). Its tool loop
+    runs each turn's episodes' tool calls at once (composer.episodes, up to tool_workers threads, default
+    episodes.WORKERS) with the serial loop's results; concurrent_tools=False leaves TRL's serial loop (the baseline
+    of `python -m composer bench episodes`). Every step's
+    phase times go to run_dir/phases.jsonl and the trainer's log (composer.phases); `report_to` is TRL's (e.g.
+    ["tensorboard"]: event files in run_dir/tensorboard, beside the run's outputs rather than in the trainer's
+    folder, which 004's jobs delete)."""
+    from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from composer import vllm_engine
+    from composer import phases, vllm_engine
     from composer.models import load_tokenizer
     from composer.trainer import ComposerConfig, ComposerTrainer
     from composer.turn_cache import with_turn_cache
@@ -609,7 +618,7 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     micro, accumulation = split_rollouts(prompts_per_step * generations, int(os.environ.get("WORLD_SIZE", "1")),
                                          config.pop("per_device_train_batch_size", None))
     settings = dict(
-        use_cpu=True, bf16=False, report_to=[], disable_tqdm=True, logging_steps=1,
+        use_cpu=True, bf16=False, report_to=list(report_to), disable_tqdm=True, logging_steps=1,
         max_steps=steps, per_device_train_batch_size=micro, num_generations=generations,
         gradient_accumulation_steps=accumulation, max_completion_length=max_completion_length,
         max_tool_calling_iterations=max_tool_calling_iterations, temperature=temperature, seed=seed,
@@ -625,6 +634,10 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
         extra["pairs_dataset"] = pairs_dataset
     if turn_cache:
         trainer_cls = with_turn_cache(trainer_cls)
+    if concurrent_tools:
+        from composer import episodes
+
+        trainer_cls = episodes.with_concurrent_tools(trainer_cls, tool_workers or episodes.WORKERS)
     cpu_vllm = settings.get("use_vllm") and vllm_engine.on_cpu()
     if cpu_vllm:
         if settings.get("vllm_mode", "colocate") != "colocate":
@@ -637,8 +650,12 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
                                                                     faults=faults) if recording_env
                           else functools.partial(TRLCodingEnv, env_config), **extra)
     trainer.remove_callback(PrinterCallback)
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback):
+            callback.logging_dir = str(Path(run_dir) / "tensorboard")
     if cpu_vllm:
         vllm_engine.colocate_on_cpu(trainer)
+    phases.attach(trainer, Path(run_dir) / phases.FILE)
     return trainer
 
 
@@ -653,6 +670,11 @@ def collect_trl(model_path, instances: list[dict], run_dir, *, trace_path=None, 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     run_dir = Path(run_dir)
     trace_path = Path(trace_path) if trace_path is not None else run_dir / "traces.jsonl"
+    if not resume:  # a fresh run's phase times and TensorBoard events are its own
+        from composer.phases import FILE
+
+        (run_dir / FILE).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     trainer = build_trainer(model_path, instances, run_dir, recording_env=record, **kwargs)
     if sampler is not None:
         sampler(trainer)

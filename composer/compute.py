@@ -33,9 +33,13 @@ The seconds of a training step, phase after phase as the code runs them (TRL 1.1
   re-prefills every context (a cache cycled through in order keeps nothing under LRU eviction), at MFU of the
   GPU's peak. Server mode has VLLM_SERVER_GPUS engines for all the step's episodes, colocate one per training GPU;
 - tools: each process runs its episodes' tool calls one after another (TOOL_S each, for every turn of every
-  episode) unless `concurrent_tools` (another agent's work: the calls of all episodes at once, GRADERS at a time);
+  episode: TRL's loop), or with `concurrent_tools` (composer.episodes, collect.build_trainer's default) each turn's
+  calls of all its episodes at once, counted here as GRADERS at a time on the node (the code runs up to
+  episodes.WORKERS threads per process);
 - environment start and grading: each episode's container start and its submission's grading (submit grades inside
-  the loop), serially per process, or GRADERS at once with concurrent_tools;
+  the loop), serially per process, or GRADERS at once with concurrent_tools (in the code the gradings, each in a
+  fresh container; an episode's own container is prepared at reset, outside the tool loop, serially per process:
+  here counted at once, an undercount);
 - training: 2 x parameters FLOPs per token for a forward, 6 for a forward and backward (4 with LoRA: no weight
   gradients), plus the forward gradient checkpointing recomputes, plus TRL's no-grad forward for the importance
   sampling correction under vLLM (vllm_importance_sampling_correction, on by default: TRL 1.16's

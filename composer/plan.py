@@ -6,6 +6,7 @@
     python -m composer plan --budget-usd 5000        # the design detecting the smallest B - A within $5,000
     python -m composer plan --budget-usd 200 1000    # one row per budget: a Markdown table
     python -m composer plan --budget-usd 5000 --effect 0.05 --pool-file tasks.jsonl --student Qwen/Qwen3-4B
+    python -m composer plan --from-run runs/004-pilot/jobs/train-B-s0-...   # the live 004 from measured phase times
 
     from composer import plan
     plan.table("004-ab-train-grpo-vs-trace-replay-dpo", values)    # the header lines
@@ -13,7 +14,8 @@
 ESTIMATES from the assumptions composer/compute.py and composer/power.py state, never measurements. The search
 varies the treatment too (student, full or LoRA, steps, rollouts, turns and context): its best design is often a
 different, cheaper experiment than the live profile's, and the output says what differs; the live profile's own
-design and the best design that keeps its treatment are printed beside it.
+design and the best design that keeps its treatment are printed beside it. --from-run replaces the phase model's
+assumptions with a run's measured phase times (composer.phases: a pilot's, params/pilot/) and prints both.
 """
 
 import argparse
@@ -105,10 +107,14 @@ def main(argv=None) -> int:
                         f"(repeatable; default {', '.join(power.STUDENTS)})")
     parser.add_argument("--concurrent-tools", action="store_true", help="with --budget-usd, the environment runs "
                         "its episodes' tool calls and gradings concurrently (default: serially per process, as today)")
+    parser.add_argument("--from-run", metavar="DIR", help="price the live 004's training from the phase times a run "
+                        "measured (DIR/phases.jsonl, composer.phases) beside the assumption-only figure")
     for name, value in vars(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=value,
                             help=f"power assumption (composer/power.py; default {value})")
     args = parser.parse_args(argv)
+    if args.from_run is not None:
+        return _from_run(args.from_run)
     if args.budget_usd is not None:
         return _budget(args, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}))
     stale = []
@@ -217,3 +223,64 @@ def _same_text(r: dict, budget: float) -> str:
     if d is not None:
         return power.describe(d)
     return f"none within ${budget:,.0f}: its cheapest design costs ${cheapest['usd']:,.0f}" if cheapest else "none fits"
+
+
+def from_run(run_dir, values: dict) -> dict:
+    """The live profile's training (arm B at its fitting setup, one arm and seed) priced from the phase times a run
+    measured (composer.phases.scaled), with the assumption-only figure (`assumed`) and what was measured (`unit`)."""
+    from composer import phases  # imports transformers: only for this option
+
+    unit = phases.per_unit(phases.read(run_dir))
+    w = workload(values)
+    setup = power.fitting_setups(values)[0]
+    cost = phases.scaled(unit, compute.model(w["model"]), setup, steps=w["steps"],
+                         rollouts_per_step=w["rollouts_per_step"], tokens_per_rollout=w["tokens_per_rollout"],
+                         turns=w["turns"])
+    return {"unit": unit, "setup": setup, "workload": w, **cost}
+
+
+def _from_run(run_dir) -> int:
+    from composer.phases import PhaseFileError
+
+    values = yaml.safe_load((ROOT / "params/live" / f"{LIVE_004}.yaml").read_text())
+    try:
+        r = from_run(run_dir, values)
+    except PhaseFileError as e:
+        print(f"--from-run: {e}", file=sys.stderr)
+        return 2
+    u, w, s, a = r["unit"], r["workload"], r["setup"], r["assumed"]
+    tools = ", ".join(f"{n} {t['s_per_call']:.3g} s x {t['calls']}" for n, t in u["tool_s_by_name"].items())
+    lines = {"generate_s_per_turn": ("generation", "s per turn of an episode", "vLLM prefill and decode "
+                                     f"(compute.generation_s: MFU {compute.MFU}, {compute.DECODE_BANDWIDTH_SHARE:.0%} "
+                                     "of HBM bandwidth)"),
+             "tool_s_per_call": ("tools", f"s per call ({tools})", f"TOOL_S {compute.TOOL_S:.3g} s"),
+             "grade_s_per_submission": ("grading", "s per submission", f"GRADING_S {compute.GRADING_S:g} s"),
+             "start_s_per_episode": ("episode start", "s per episode", f"START_S {compute.START_S:g} s"),
+             "train_s_per_token": ("training", "s per trained token, per process",
+                                   f"FLOPs at MFU {compute.MFU} of {s.gpu}'s peak")}
+    print(f"measured: {u['steps']} step(s) of {Path(run_dir) / 'phases.jsonl' if Path(run_dir).is_dir() else run_dir}"
+          f" on {u['device']} ({u['processes']} process{'es' if u['processes'] > 1 else ''}), model {u['model']}; "
+          f"{u['turns_per_episode'] or 0:.1f} turns an episode, {u['tool_calls_per_turn'] or 0:.2f} tool calls a turn")
+    print("replaced (measured; assumed):")
+    for key, (what, unit, assumed) in lines.items():
+        value = r["replaced"].get(key)
+        print(f"  {what}: " + (f"{value:.4g} {unit}; {assumed}" if value is not None else
+                               f"not in the run, the assumption kept: {assumed}"))
+    print(f"the live {LIVE_004} ({w['model']} {s.mode}, {s.gpus} GPUs, vLLM {s.vllm}, DPO {s.dpo_pairs} pair a "
+          f"micro-batch): {w['steps']} steps x {w['rollouts_per_step']} rollouts ({r['episodes_per_process']} episodes "
+          f"per training process), ~{w['turns']:.0f} turns and ~{w['tokens_per_rollout']:.0f} tokens a rollout")
+    print("| s per step | generate | tools | grade (start + grading) | train | step |\n|---|---|---|---|---|---|")
+    for label, c in (("assumed (composer/compute.py)", a), ("measured phase times", r)):
+        print(f"| {label} | " + " | ".join(f"{c[k]:,.0f}" for k in ("generate_s", "tools_s", "grade_s", "train_s",
+                                                                     "step_s")) + " |")
+    print(f"GPU-hours per arm and seed: {a['gpu_hours']:,.1f} assumed, {r['gpu_hours']:,.1f} from the measured "
+          f"phase times ({r['hours']:,.1f} h on {s.gpus} GPUs)")
+    if u["model"].rstrip("/").split("/")[-1] != w["model"].split("/")[-1] or not u["device"].startswith("cuda"):
+        print(f"note: the run measured {u['model']} on {u['device']}, not {w['model']} on {s.gpu}s: its tool and "
+              "grading seconds carry over, its generation and training seconds are that model's on that machine")
+    print(json.dumps({"from_run": str(run_dir), "unit": u, "setup": dataclasses.asdict(s),
+                      "assumed": {k: a[k] for k in ("generate_s", "tools_s", "grade_s", "train_s", "step_s", "hours",
+                                                    "gpu_hours")},
+                      "measured": {k: r[k] for k in ("generate_s", "tools_s", "grade_s", "train_s", "step_s",
+                                                     "hours", "gpu_hours", "replaced")}}))
+    return 0

@@ -33,7 +33,8 @@ from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
 # `all` runs spikes in this order because a spike may consume an earlier one's output files
 # (003 builds pairs from 001's teacher queries, 004 trains with 005's trainer); others follow, by name.
 ORDER = ("005", "001", "002a", "002b", "003", "004")
-PROFILES = ("default", "report", "live")  # "default": the notebook's own defaults, no file
+# "default": the notebook's own defaults, no file; "pilot": a few steps of a live profile, to measure its phase times
+PROFILES = ("default", "report", "live", "pilot")
 KINDS = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict}
 HTML_LIMIT = 5_000_000
 RUN_REPORTS = ROOT / "runs" / "reports"  # where runs at any profile but "report" write (git-ignored)

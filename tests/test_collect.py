@@ -208,7 +208,7 @@ def test_kill_9_then_rerun_resumes_without_duplicates_or_losses(model_path, tmp_
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     proc = worker(0.15)
-    deadline = time.time() + 240
+    deadline = time.time() + 900  # a hang guard: the poll ends once 14 lines are written
     # kill in the middle of the second step: after step 1's checkpoint, with some of step 2's rollouts written
     while time.time() < deadline and proc.poll() is None:
         lines = trace.read_bytes().count(b"\n") if trace.exists() else 0
@@ -224,7 +224,7 @@ def test_kill_9_then_rerun_resumes_without_duplicates_or_losses(model_path, tmp_
     kept = {tid for tid, steps in traces.group_traces(trace_checks.read_file(trace)[0], on_error="collect").items()
             if steps[-1].done}  # complete before the rerun; a partial rollout is removed and collected again
     rerun = worker(0.0)
-    out, err = rerun.communicate(timeout=300)
+    out, err = rerun.communicate(timeout=900)  # a hang guard
     assert rerun.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert any("torn last line" in note and "traces.jsonl:" in note for note in result["repairs"])
@@ -287,14 +287,17 @@ def test_bench_rollouts_ratio_and_keys(monkeypatch):
     from composer.bench import rollouts
 
     walls = iter([10.0, 10.4, 12.0, 12.2])  # without, with, without, with
+    train_s = iter([1.0, 2.0, 3.0, 6.0])  # a step's training seconds (composer.phases), each run's mean
     monkeypatch.setattr(rollouts, "measure_verifiers", lambda rollouts: {"verifiers_rollouts_per_s": rollouts / 4})
     monkeypatch.setattr(rollouts, "_trl_run", lambda *a, record, **k: {
-        "wall_s": next(walls), "recorder_s": 0.2 if record else 0.0, "rollouts": 8, "written": 8 if record else 0})
+        "wall_s": next(walls), "recorder_s": 0.2 if record else 0.0, "rollouts": 8, "written": 8 if record else 0,
+        "phases": {"train_s": next(train_s)}})
     result = rollouts.measure(student="unused", prompts=2, generations=2, steps=2, repeats=2)
     assert result["recorder_overhead"] == pytest.approx(11.3 / 11.0)
     assert result["trl_rollouts_per_s"] == pytest.approx(8 / 11.3)
     assert result["recorder_s_per_rollout"] == pytest.approx(0.2 / 8)
     assert result["recorder_share_of_wall"] == pytest.approx((0.2 / 10.4 + 0.2 / 12.2) / 2)
+    assert result["trl_phases_s_per_step"] == {"train_s": (2.0 + 6.0) / 2}  # the median of the recorded runs
     assert result["meets_target"] is True and result["verifiers_rollouts_per_s"] == 8 / 4  # same rollout count
     assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0  # a loaded machine is recognisable
     monkeypatch.setattr(rollouts, "_trl_run", lambda *a, record, **k: {
@@ -366,11 +369,14 @@ def test_channels_make_a_composer_trainer_with_its_pairs(model_path, records, tm
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    from composer.episodes import ConcurrentTools
     from composer.trainer import ComposerTrainer
     from composer.turn_cache import TurnCache
 
     plain = collect.build_trainer(model_path, records, tmp_path / "a", checkpoint=False)
-    assert type(plain).__mro__[1:3] == (TurnCache, GRPOTrainer)  # stock TRL, generating through turn_cache
+    # stock TRL, its tool loop's episodes at once, generating through turn_cache
+    assert [c for c in type(plain).__mro__ if c in (ConcurrentTools, TurnCache, GRPOTrainer, ComposerTrainer)] == \
+        [ConcurrentTools, TurnCache, GRPOTrainer]
     pairs = Dataset.from_list([{"prompt": [{"role": "user", "content": "x"}], "chosen": "a", "rejected": "b",
                                 "ref_chosen_logps": -1.0, "ref_rejected_logps": -2.0}])
     dpo = collect.build_trainer(model_path, records, tmp_path / "b", checkpoint=False,

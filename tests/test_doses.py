@@ -53,10 +53,12 @@ def test_b_is_read_at_the_first_dose_that_detects_the_positive_control():
     assert doses.read_at([None, None]) is None  # no positive control
 
 
+@pytest.mark.slow
 def test_004_runs_every_dose_and_reads_b_where_the_rule_says(tmp_path):
     """The notebook at smoke scale at 1 and 2 optimizer steps on the same rollouts (the second reuses each
     generation: its steps log no reward): the three probed arms at each dose (their own jobs), the control only at
-    the read dose, and metrics.dose_response with both comparisons and each arm's pass@1 per dose."""
+    the read dose, and metrics.dose_response with both comparisons and each arm's pass@1 per dose. The slow tier's:
+    twice the jobs of 004's smoke run (tests/test_notebooks.py), which the fast tier runs at its one dose."""
     from composer import report, run
 
     slug = "004-ab-train-grpo-vs-trace-replay-dpo"

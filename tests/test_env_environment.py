@@ -105,11 +105,11 @@ def test_search_lists_list_files_and_bounds(tmp_path):
     with pytest.raises(tools.ToolError, match="regular expression"):
         tools.search(tmp_path, "(")
     (tmp_path / "slow.txt").write_text("a" * 100_000 + "b\n")
-    start = time.monotonic()  # a backtracking engine takes minutes on this; RE2 is linear in the text
+    start = time.monotonic()  # a backtracking engine never ends on this (2^50,000 ways); RE2 is linear in the text
     assert tools.search(tmp_path, "^(a|aa)+$", "slow.txt").startswith("no matches")
     with pytest.raises(tools.ToolError, match="too large"):
         tools.search(tmp_path, "((((a{100}){100}){100}){100})")  # compiling it would take gigabytes
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 60  # a hang guard: milliseconds with RE2
     assert tools.list_files(tmp_path) == "a.py\nblob.bin\nslow.txt\nsub/b.py"
     assert tools.list_files(tmp_path, limit=2).endswith("(2 more; list a subdirectory)")
 
@@ -313,8 +313,10 @@ def test_hostile_code_under_run_tests_is_an_error_observation(records, name):
     env.call("edit", path=module, start=1, end=0, new_text=HOSTILE[name])
     start = time.monotonic()
     obs = env.call("run_tests")
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 60  # a hang guard: cut at its 2 s timeout, each takes seconds
     assert not obs.info.ok and obs.info.error and len(obs.text) <= env.config.max_observation_chars
+    if name == "loops forever":  # cut by the episode's own timeout, not a default one
+        assert obs.info.error == "timed out after 2s", obs.info.error
     assert env.state.step_count == 2 and not obs.done
     assert env.call("view", path=module, start=1, end=1).info.ok  # the environment carries on
     env.call("edit", path=module, start=1, end=HOSTILE[name].count("\n"), new_text="")

@@ -1,7 +1,7 @@
 """Tests for composer.env.swebench: the record contract on embedded tasks, evaluation, clear errors."""
 
 import json
-import time
+import random
 from pathlib import Path
 
 import pytest
@@ -79,12 +79,11 @@ def test_real_instances_need_a_container_engine_and_say_so(records, monkeypatch)
         swebench.evaluate([pred(real, "diff")], [real], run_id="t")
 
 
-def test_hf_dataset_name_offline_fails_fast_and_clearly(monkeypatch):
+def test_hf_dataset_name_offline_fails_fast_and_clearly(monkeypatch, network_attempts):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    start = time.monotonic()
     with pytest.raises(RuntimeError, match="HF_HUB_OFFLINE"):
         swebench.load_instances("SWE-bench/SWE-bench_Lite")
-    assert time.monotonic() - start < 2
+    assert network_attempts == []  # fast: refused before any attempt (and retry) to download
     with pytest.raises(FileNotFoundError):
         swebench.load_instances("no-such-file.txt")
 
@@ -129,14 +128,52 @@ def test_one_record_in_a_json_file_loads_as_a_list(records, tmp_path):
         swebench.load_instances(tmp_path / "bad.json")
 
 
-def test_no_honest_fix_scores_0_the_gold_patch_of_every_report_zoo_task_in_both_splits():
-    """The false-positive check of grading's defences (the scan, the canaries, plain values, a read-only copy):
-    the report zoo's 300 train and 80 test tasks, which the spikes train and evaluate on, each graded on its gold
-    patch. The container tests check the real Lite instance's gold patch the same way."""
-    from composer import zoo
-    profile = zoo.PROFILES["report"]
-    records = zoo.split_tasks(profile, "train") + zoo.split_tasks(profile, "test")
+# The false-positive check of grading's defences (the scan, the canaries, plain values, a read-only copy): no gold
+# patch of the report zoo's tasks (which the spikes train and evaluate on) may score 0. The fast tier grades a sample
+# drawn with the run's seed (COMPOSER_TEST_SEED, tests/conftest.py), the slow tier all 380. The container tests check
+# the real Lite instance's gold patch the same way.
+GOLD_SAMPLE = {"train": 6, "test": 4}  # tasks per split the fast tier grades
+# The report zoo's tasks are the first 300 (train) and 80 (test) distinct candidates of tasks.generate() that validate:
+# the last of them at position ZOO_POSITIONS - 1, as the slow test checks, so a draw of positions below is a draw of
+# its tasks.
+ZOO_POSITIONS = {"train": 1004, "test": 271}
+
+
+def _graded_gold(records):
     report = swebench.evaluate([pred(r, r["patch"]) for r in records], records, run_id="fp", max_workers=2)
     wrong = {i: (r["tampering"], r["error"]) for i, r in report["instances"].items() if not r["resolved"]}
-    assert wrong == {} and report["resolved_instances"] == len(records) == profile.n_train + profile.n_test
     assert not any(r["tampering"]["flagged"] or r["tampering"]["forged"] for r in report["instances"].values())
+    return report, wrong
+
+
+def test_no_honest_fix_scores_0_the_gold_patch_of_a_seeded_sample_of_report_zoo_tasks(test_seed):
+    """GOLD_SAMPLE tasks of each split, drawn from the report zoo's positions with the run's seed, built on their
+    own (not the whole zoo: a fresh clone has none cached) and graded on their gold patch."""
+    from composer import zoo
+    profile, rng, records = zoo.PROFILES["report"], random.Random(test_seed), []
+    for split, k in GOLD_SAMPLE.items():
+        order, drawn = rng.sample(range(ZOO_POSITIONS[split]), ZOO_POSITIONS[split]), []
+        while len(drawn) < k:  # most candidates validate (a kept task's repeats too), a few do not
+            batch, order = order[:(k - len(drawn)) * 3 // 2], order[(k - len(drawn)) * 3 // 2:]
+            assert batch, f"fewer than {k} of the {split} split's candidates validated"
+            drawn += [r for r in tasks.candidates(batch, seed=profile.seed, split=split,
+                                                  difficulty=profile.difficulty, workers=2) if r]
+        records += drawn[:k]
+    report, wrong = _graded_gold(records)
+    assert wrong == {}, f"seed {test_seed} (COMPOSER_TEST_SEED={test_seed} draws these again)"
+    assert report["resolved_instances"] == len(records) == sum(GOLD_SAMPLE.values())
+
+
+@pytest.mark.slow
+def test_no_honest_fix_scores_0_the_gold_patch_of_every_report_zoo_task_in_both_splits():
+    """All of the report zoo's 300 train and 80 test tasks, each graded on its gold patch; and the positions the
+    fast tier draws from hold every one of them."""
+    from composer import zoo
+    profile = zoo.PROFILES["report"]
+    splits = {split: zoo.split_tasks(profile, split) for split in ("train", "test")}
+    for split, records in splits.items():
+        last = max(tasks.position(r, seed=profile.seed) for r in records)
+        assert last + 1 == ZOO_POSITIONS[split], f"the generator changed: set ZOO_POSITIONS[{split!r}] = {last + 1}"
+    records = splits["train"] + splits["test"]
+    report, wrong = _graded_gold(records)
+    assert wrong == {} and report["resolved_instances"] == len(records) == profile.n_train + profile.n_test

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -50,7 +49,5 @@ def test_replay_holds_its_run_directory(tmp_path):
 def test_the_lock_is_released_on_an_exception(tmp_path):
     with pytest.raises(KeyError), run_lock(tmp_path):
         raise KeyError("x")
-    start = time.perf_counter()
-    with run_lock(tmp_path):
+    with run_lock(tmp_path):  # the lock never waits: were it still held, this would raise RunDirBusy
         pass
-    assert time.perf_counter() - start < 1

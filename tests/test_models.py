@@ -1,5 +1,3 @@
-import time
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -126,11 +124,10 @@ def test_overrides_change_the_hash():
 
 
 
-def test_load_model_offline_error_is_actionable():
-    start = time.monotonic()
+def test_load_model_offline_error_is_actionable(network_attempts):
     with pytest.raises(OSError) as err:
         load_model("composer-test/no-such-model")
-    assert time.monotonic() - start < 5  # offline means no network retries
+    assert network_attempts == []  # offline means no network, so no retries of it
     msg = str(err.value)
     assert "composer-test/no-such-model" in msg
     assert "HF_HUB_OFFLINE" in msg and "tiny_model()" in msg and "local" in msg

@@ -233,3 +233,72 @@ def test_a_stale_header_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(plan, "ROOT", tmp_path)
     assert plan.main([]) == 1
     assert plan.main(["--write"]) == 0 and plan.main([]) == 0
+
+
+# --- --from-run: the phase model's assumptions replaced by a run's measured phase times (composer.phases) ---
+
+def _phase_file(folder, records):
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    base = {"schema": 1, "process": 0, "processes": 7, "device": "cuda:0", "model": "Qwen/Qwen3-8B", "step_s": 0.0,
+            "tools_s": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "tool_tokens": 0}
+    (folder / "phases.jsonl").write_text("".join(json.dumps({**base, **r}) + "\n" for r in records))
+    return folder
+
+
+HAND_RECORDS = [  # a step that generated 4 episodes of 5 turns, and one that trained on them again
+    {"step": 1, "generate_s": 30.0, "turns": 20, "episodes": 4, "reset_s": 8.0, "resets": 4, "train_s": 50.0,
+     "trained_tokens": 10_000, "grade_s": 40.0, "submissions": 4,
+     "tools": {"run_tests": {"calls": 8, "s": 16.0}, "view": {"calls": 8, "s": 4.0}, "submit": {"calls": 4, "s": 40.0}}},
+    {"step": 2, "generate_s": 0.0, "turns": 0, "episodes": 0, "reset_s": 0.0, "resets": 0, "train_s": 50.0,
+     "trained_tokens": 10_000, "grade_s": 0.0, "submissions": 0, "tools": {}}]
+
+
+def test_from_run_prices_the_live_design_from_hand_written_phase_times(tmp_path):
+    # per unit: generation 30 s / 20 turns = 1.5 s a turn of an episode; tools (run_tests 16 s + view 4 s) / 16 calls
+    # = 1.25 s a call; grading 40 s / 4 = 10 s a submission; a start 8 s / 4 = 2 s; training 100 s / 20,000 = 0.005 s
+    # a token. The design: 10 steps x 14 rollouts, FILL x 7,500 = 4,500 tokens a rollout in (4,500 - 1,500) / 1,000
+    # = 3 turns, on the server row (8 GPUs, 7 training processes: 2 episodes each). A step: generate 1.5 x 2 x 3 = 9,
+    # tools 2 x 3 x 1.25 = 7.5, grade 2 x (2 + 10) = 24, train 0.005 x 14 x 4,500 / 7 = 45: 85.5 s; 10 steps are
+    # 855 s = 0.2375 h, on 8 GPUs 1.9 GPU-hours.
+    values = {"student": "Qwen/Qwen3-8B", "steps": 10, "prompts_per_step": 2, "generations": 7,
+              "max_completion_length": 7_500, "max_tool_calling_iterations": 40, "env_max_steps": 30,
+              "trainer_config": {"use_vllm": True, "vllm_mode": "server"}}
+    r = plan.from_run(_phase_file(tmp_path / "run", HAND_RECORDS), values)
+    assert (r["setup"].vllm, r["setup"].gpus, r["episodes_per_process"]) == ("server", 8, 2)
+    assert r["unit"]["tool_s_by_name"] == {"run_tests": {"calls": 8, "s_per_call": 2.0},
+                                           "view": {"calls": 8, "s_per_call": 0.5}}
+    assert r["replaced"] == {"generate_s_per_turn": 1.5, "tool_s_per_call": 1.25, "grade_s_per_submission": 10.0,
+                             "start_s_per_episode": 2.0, "train_s_per_token": 0.005}
+    assert [r[k] for k in ("generate_s", "tools_s", "grade_s", "train_s")] == pytest.approx([9, 7.5, 24, 45])
+    assert r["step_s"] == pytest.approx(85.5) and r["gpu_hours"] == pytest.approx(1.9)
+    assumed = compute.gpu_hours(compute.MODELS["Qwen/Qwen3-8B"], r["setup"], steps=10, rollouts_per_step=14,
+                                tokens_per_rollout=4_500, turns=3)
+    assert r["assumed"]["gpu_hours"] == pytest.approx(assumed["gpu_hours"])
+    # a run with no submission and no reset keeps those assumptions: 2 x (START_S 1.5 + GRADING_S 60)
+    none = [{**HAND_RECORDS[0], "grade_s": 0.0, "submissions": 0, "reset_s": 0.0, "resets": 0,
+             "tools": {k: v for k, v in HAND_RECORDS[0]["tools"].items() if k != "submit"}}]
+    kept = plan.from_run(_phase_file(tmp_path / "partial", none), values)
+    assert kept["grade_s"] == pytest.approx(2 * (compute.START_S + compute.GRADING_S))
+    assert "grade_s_per_submission" not in kept["replaced"] and "start_s_per_episode" not in kept["replaced"]
+
+
+def test_from_run_prints_both_figures(tmp_path, capsys):
+    assert plan.main(["--from-run", str(_phase_file(tmp_path / "run", HAND_RECORDS))]) == 0
+    out = capsys.readouterr().out
+    assert "tools: 1.25 s per call (run_tests 2 s x 8, view 0.5 s x 8); TOOL_S" in out
+    assert "grading: 10 s per submission; GRADING_S 60 s" in out
+    assert "| assumed (composer/compute.py) |" in out and "| measured phase times |" in out
+    assert "GPU-hours per arm and seed:" in out and "from the measured phase times" in out
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: d / "missing", ["missing: no such file or folder", "give the folder of a training or collection run"]),
+    (lambda d: d, ["phases.jsonl: no phase file", "rerun it (python -m composer run 002a --profile pilot)"]),
+    (lambda d: _phase_file(d / "empty", []), ["phases.jsonl: empty", "rerun it until at least one step finishes"]),
+])
+def test_from_run_refuses_bad_input_naming_the_file_and_the_fix(tmp_path, capsys, make, words):
+    assert plan.main(["--from-run", str(make(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err

@@ -207,7 +207,7 @@ def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_an
                 proc.stdin.write(url + "\n")
                 proc.stdin.flush()
                 assert proc.stdout.readline() == "started\n"
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + 120  # a hang guard: the poll ends once they arrived
                 while len(sent) < arrived and time.monotonic() < deadline:
                     time.sleep(0.001)
                 time.sleep(rng.uniform(0, 0.08))

@@ -9,6 +9,8 @@ retries off, except where the test is about those retries.
 
 import asyncio
 import json
+import logging
+import re
 import shutil
 import time
 
@@ -57,11 +59,13 @@ def stream_text(chunks, index=0):
 # Protocol on the tiny model
 
 
-def test_start_and_stop_are_fast(tiny):
+def test_start_and_stop(tiny):
     start = time.monotonic()
     with serve(models={"student": tiny}) as server:
         assert server.base_url.startswith("http://127.0.0.1:") and server.base_url.endswith("/v1")
-    assert time.monotonic() - start < 3
+        thread = server._thread
+    assert not thread.is_alive()  # stopped: the server's thread ended
+    assert time.monotonic() - start < 60  # a hang guard only (about a second; a benchmark's business, not a test's)
 
 
 def test_models_endpoint(gen):
@@ -359,17 +363,20 @@ def test_malformed_body(tiny):
             list(c.chat.completions.create(model="teacher", messages=HELLO, stream=True))
 
 
-def test_stall_times_the_client_out(tiny):
-    with fault_server(tiny, "stall", stall_s=5) as server:
-        start = time.monotonic()
-        with pytest.raises(openai.APITimeoutError):
+def test_stall_times_the_client_out_and_does_not_hold_the_stop(tiny):
+    start = time.monotonic()
+    with fault_server(tiny, "stall", stall_s=600) as server:
+        with pytest.raises(openai.APITimeoutError):  # the outcome: a stalled answer never came, the client gave up
             client(server, timeout=0.5).chat.completions.create(model="teacher", messages=HELLO)
-        assert time.monotonic() - start < 2
+    # stopping did not wait out the 600 s stall (uvicorn's graceful shutdown is cut at 1 s): a hang guard
+    assert time.monotonic() - start < 120
 
 
-def test_sdk_retries_honour_retry_after(tiny):
+def test_sdk_retries_honour_retry_after(tiny, caplog):
     """429s at rate 0.5: the SDK (max_retries=2) gets through, waiting what Retry-After says (its own backoff
-    would wait at least 0.375 s)."""
+    would wait at least 0.375 s). The waits are read from the SDK's own log line, not timed: a loaded machine
+    stretches the gaps between requests, not what the SDK chose to wait."""
+    caplog.set_level(logging.INFO, logger="openai")
     log = []
     hooks = {"response": [lambda response: log.append((time.monotonic(), response.status_code))]}
     with fault_server(tiny, "rate_limit", rate=0.5, retry_after_s=0.05) as server:
@@ -387,8 +394,8 @@ def test_sdk_retries_honour_retry_after(tiny):
         else:
             pytest.fail("no request succeeded after a 429 in 10 tries")
     assert [status for _, status in log][-1] == 200 and set(s for _, s in log[:-1]) == {429}
-    gaps = [later - earlier for (earlier, _), (later, _) in zip(log, log[1:])]
-    assert max(gaps) < 0.3
+    waits = [float(w) for w in re.findall(r"Retrying request to \S+ in ([\d.]+) seconds", caplog.text)]
+    assert waits and all(w == pytest.approx(0.05) for w in waits), waits  # Retry-After's, never its own backoff
 
 
 def test_faults_are_seeded_by_request(tiny):

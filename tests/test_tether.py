@@ -61,7 +61,7 @@ def test_a_child_dies_when_its_parent_is_sigkilled(parent):
     try:
         proc.kill()  # no finally, atexit or handler runs in the parent
         proc.wait()
-        assert not _alive([child], timeout=5), "the child outlived its SIGKILLed parent"
+        assert not _alive([child], timeout=60), "the child outlived its SIGKILLed parent"  # returns once it is gone
     finally:
         _kill([child])
         proc.stdout.close()
@@ -99,7 +99,7 @@ def test_a_killed_run_leaves_no_process_behind(tmp_path, sig):
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
     cli, tree = psutil.Process(proc.pid), []
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a hang guard: the poll ends once the server listens
         while (server := _listening_server(cli)) is None:
             assert proc.poll() is None and time.monotonic() < deadline, (
                 f"no teacher server came up (exit {proc.returncode}): {(tmp_path / 'stderr').read_text()[-3000:]}")
@@ -107,8 +107,8 @@ def test_a_killed_run_leaves_no_process_behind(tmp_path, sig):
         tree = cli.children(recursive=True)
         assert len(tree) >= 2 and server in tree  # the kernel and the server, at least
         proc.send_signal(sig)
-        assert proc.wait(timeout=10) != 0
-        alive = _alive(tree, timeout=5)
+        assert proc.wait(timeout=120) != 0  # hang guards: each returns as soon as the process is gone
+        alive = _alive(tree, timeout=60)
         assert not alive, f"still running after the CLI died: {[' '.join(p.cmdline()[:5]) for p in alive]}"
         assert {name: (reports / name).read_text() for name in previous} == previous
     finally:

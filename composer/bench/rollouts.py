@@ -22,6 +22,9 @@ Keys of the JSON line:
   recorder_s_per_rollout    time inside the trainer-side hook per rollout (its own measurement)
   recorder_share_of_wall    that time / the run's wall-clock: the part of the overhead measured directly, free of
                             the run-to-run noise of a shared machine (the environment-side log is not in it)
+  trl_phases_s_per_step     seconds of an optimizer step by phase (composer.phases: step_s, generate_s, tools_s,
+                            reset_s, train_s, grade_s), each the mean over a run's steps, the median over the runs
+                            with the recorder
   verifiers_rollouts_per_s  rollouts per second through verifiers (002b): the same number of scripted rollouts
                             (4 sandboxed test runs each) through its harness, MCP tool server and eval client
 
@@ -50,7 +53,7 @@ TARGET_OVERHEAD = 1.05
 
 def _trl_run(model_path, instances, *, record: bool, policy: str, steps: int, prompts: int, generations: int,
              seed: int) -> dict:
-    from composer import collect
+    from composer import collect, phases
     from composer.policies import ENV_CONFIG
 
     sampler = None
@@ -60,8 +63,10 @@ def _trl_run(model_path, instances, *, record: bool, policy: str, steps: int, pr
         out = collect.collect_trl(model_path, instances, Path(tmp), record=record, resume=False, sampler=sampler,
                                   steps=steps, prompts_per_step=prompts, generations=generations,
                                   max_completion_length=4096, env_config=ENV_CONFIG, seed=seed)
+        records = phases.read(tmp)
+    per_step = {k: statistics.mean(r[k] for r in records) for k in ("step_s", *phases.PHASES, "grade_s")}
     return {"wall_s": out.wall_s, "recorder_s": out.recorder_s, "rollouts": steps * prompts * generations,
-            "written": out.written}
+            "written": out.written, "phases": per_step}
 
 
 def measure_trl(*, policy: str = "scripted", student=None, prompts: int = 2, generations: int = 2, steps: int = 2,
@@ -94,6 +99,8 @@ def measure_trl(*, policy: str = "scripted", student=None, prompts: int = 2, gen
         "recorder_overhead": with_rec / without,
         "recorder_s_per_rollout": statistics.median(r["recorder_s"] for r in runs[True]) / n,
         "recorder_share_of_wall": statistics.median(r["recorder_s"] / r["wall_s"] for r in runs[True]),
+        "trl_phases_s_per_step": {k: statistics.median(r["phases"][k] for r in runs[True])
+                                  for k in runs[True][0]["phases"]},
         "trl_wall_s_with_recorder": [round(r["wall_s"], 3) for r in runs[True]],
         "trl_wall_s_without_recorder": [round(r["wall_s"], 3) for r in runs[False]],
     }

@@ -434,3 +434,28 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
         for f in pending:
             f.cancel()
     return records
+
+
+def candidates(positions, *, seed: int = 0, split: str = "train", difficulty: Difficulty | None = None,
+               workers: int | None = None) -> list[dict | None]:
+    """The candidates at these positions of generate()'s sequence (same seed, split and difficulty), each validated
+    as generate() validates it: its record, or None where it does not validate.
+
+    generate(n) keeps, in position order, the first n that validate and differ from those kept before, so positions
+    drawn below the last kept one's are a sample of its n tasks, without building the other n - 1 (a position that
+    repeats a kept task is that task under another instance id). `position` maps a record back."""
+    difficulty = difficulty or Difficulty()
+    _check(difficulty, split)
+    catalogue()  # parsed before the threads, as in generate()
+    specs = [_Spec(_task_seed(seed, split, j), split, difficulty) for j in positions]
+    with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
+        return list(pool.map(_validate, specs))
+
+
+def position(record: dict, *, seed: int = 0, limit: int = 100_000) -> int:
+    """Where in generate()'s sequence (seed, and the record's own split) a task's candidate stands."""
+    spec = _spec_of(record)
+    for j in range(limit):
+        if _task_seed(seed, spec.split, j) == spec.task_seed:
+            return j
+    raise ValueError(f"{record['instance_id']} is not among the first {limit} candidates of seed {seed}")
