@@ -174,7 +174,8 @@ def _budget(args, assumptions) -> int:
                              concurrent_tools=args.concurrent_tools) for b in args.budget_usd}
     live = next(iter(found.values()))["live"]
     print(f"assumptions: {json.dumps(dataclasses.asdict(assumptions))} (composer/power.py); the environment "
-          + ("concurrent (concurrent_tools)" if args.concurrent_tools else "serial per process (today's code)"))
+          + ("concurrent (concurrent_tools)" if args.concurrent_tools
+             else "serial per process (as with the code's concurrent_tools=False; the code's default is concurrent)"))
     print(f"the live profile's design: {power.describe(live)}")
     if len(args.budget_usd) > 1:
         print("\n| budget | best design within it: treatment; arms, seeds x tasks x samples | mde | GPU-hours | cost "

@@ -160,7 +160,7 @@ def test_plan_budget_cli_prints_the_designs_and_json_last(capsys):
     assert f"best within $5,000: {power.describe(r['best'])}; a different experiment from the live profile's" in out
     assert "best within $5,000 with the live profile's treatment: none within $5,000: its cheapest design costs" in out
     assert f"to detect 0.05: {power.describe(r['cheapest_for_effect'])}" in out
-    assert "serial per process (today's code)" in out
+    assert "serial per process (as with the code's concurrent_tools=False" in out
     assert plan.main(["--budget-usd", "100"]) == 0  # under the cheapest design: one line that says why
     assert re.search(r"best within \$100: nothing: the cheapest design costs \$\d", capsys.readouterr().out)
     assert plan.main(["--budget-usd", "5000", "--concurrent-tools", "--student", "Qwen/Qwen3-4B"]) == 0
