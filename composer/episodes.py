@@ -1,4 +1,4 @@
-"""Episodes that do not wait in line: each tool-calling turn runs every episode's tool calls at once (issue 42).
+"""Episodes that do not wait in line: each tool-calling turn runs every episode's tool calls at once.
 
     from trl import GRPOTrainer
     from composer.episodes import with_concurrent_tools
