@@ -597,10 +597,9 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     turn_cache=False leaves TRL's own generation (the baseline of `python -m composer bench turns`). Its tool loop
     runs each turn's episodes' tool calls at once (composer.episodes, up to tool_workers threads, default
     episodes.WORKERS) with the serial loop's results; concurrent_tools=False leaves TRL's serial loop (the baseline
-    of `python -m composer bench episodes`). Every step's
-    phase times go to run_dir/phases.jsonl and the trainer's log (composer.phases); `report_to` is TRL's (e.g.
-    ["tensorboard"]: event files in run_dir/tensorboard, beside the run's outputs rather than in the trainer's
-    folder, which 004's jobs delete)."""
+    of `python -m composer bench episodes`). Every step's phase times go to run_dir/phases.jsonl and the trainer's
+    log (composer.phases); `report_to` is TRL's (e.g. ["tensorboard"]: event files in run_dir/tensorboard, beside
+    the run's outputs rather than in the trainer's folder, which 004's jobs delete)."""
     from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer

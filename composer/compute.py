@@ -215,11 +215,13 @@ def generation_s(model: Model, gpu: Gpu, *, episodes: int, engines: int, fractio
     return {"prefill_s": prefill, "decode_s": decode, "batch_last": batch, "episodes_per_engine": per_engine}
 
 
-def environment_s(episodes: int, processes: int, turns: float, *, concurrent_tools: bool) -> dict:
-    """Seconds of the environment's work for `episodes` episodes: tool calls (every turn), container starts and
-    gradings, one after another in each of `processes` processes, or GRADERS at once with concurrent_tools."""
+def environment_s(episodes: int, processes: int, turns: float, *, concurrent_tools: bool, tool_s: float = TOOL_S,
+                  start_s: float = START_S, grading_s: float = GRADING_S) -> dict:
+    """Seconds of the environment's work for `episodes` episodes: tool calls (every turn, tool_s each), container
+    starts and gradings, one after another in each of `processes` processes, or GRADERS at once with
+    concurrent_tools (a run's measured seconds replace the assumed ones: composer.phases.scaled)."""
     rounds = math.ceil(episodes / GRADERS) if concurrent_tools else math.ceil(episodes / processes)
-    return {"tools_s": rounds * max(1, round(turns)) * TOOL_S, "grade_s": rounds * (START_S + GRADING_S)}
+    return {"tools_s": rounds * max(1, round(turns)) * tool_s, "grade_s": rounds * (start_s + grading_s)}
 
 
 def training_s(model: Model, setup: Setup, *, rollouts: int, tokens_per_rollout: float) -> float:

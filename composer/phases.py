@@ -321,9 +321,10 @@ def scaled(unit: dict, model: compute.Model, setup: compute.Setup, *, steps: int
                                   ("train_s_per_token", unit["train_s_per_token"])) if v is not None}
     generate = (unit["generate_s_per_turn"] * per_process * n if "generate_s_per_turn" in replaced
                 else assumed["generate_s"])
-    tools = per_process * n * (compute.TOOL_S if tool_s is None else tool_s)
-    grade = per_process * ((compute.START_S if start_s is None else start_s)
-                           + (compute.GRADING_S if grade_s is None else grade_s))
+    env = compute.environment_s(rollouts_per_step, setup.training_gpus, turns, concurrent_tools=False,
+                                **{k: v for k, v in (("tool_s", tool_s), ("start_s", start_s), ("grading_s", grade_s))
+                                   if v is not None})
+    tools, grade = env["tools_s"], env["grade_s"]
     train = (unit["train_s_per_token"] * rollouts_per_step * tokens_per_rollout / setup.training_gpus
              if "train_s_per_token" in replaced else assumed["train_s"])
     step_s = generate + tools + grade + train
