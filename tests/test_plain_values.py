@@ -173,6 +173,43 @@ def build(cls, *args):  # library code that makes what it is given: a test's own
     return cls(*args)
 
 
+def echo(value):  # what a test hands the code comes back as it was (a test's mock)
+    return value
+
+
+class Config(dict):  # the base's own dict subclass, with behaviour of its own (flask's Config)
+    def __repr__(self):
+        return "<Config>"
+
+    def section(self, name):
+        return {k: v for k, v in self.items() if k.startswith(name)}
+
+
+def config():
+    return Config(db_host="h", db_port=1)
+
+
+class Node:  # objects of the code under test that point at each other (a request context and its app)
+    def __init__(self):
+        self.peer = None
+
+    def link(self, other):
+        self.peer, other.peer = other, self
+        return self
+
+
+def marked():
+    return 1
+
+
+marked.hookimpl = True  # a decorator's mark on a function (pluggy's, jinja's pass_context)
+
+
+def third():  # a value of a class a library defines, its module first imported by the code under test
+    import fractions
+    return fractions.Fraction(1, 3)
+
+
 WROTE = []
 try:
     with open("tests/planted.txt", "w") as f:
@@ -184,12 +221,14 @@ except OSError:
 
 TESTS = '''
 import unittest
+import unittest.mock
 
 import pytest
 
-from pkg.code import (Account, Color, anything, build, color, counter, exact, fill, make_point, nested, ordered,
-                      point, posing, reused_slot, rigged_dict, rigged_float, rigged_iter, rigged_list, rigged_str, tag,
-                      values, WROTE)
+import pkg.code
+from pkg.code import (Account, Color, Node, anything, build, color, config, counter, echo, exact, fill, make_point,
+                      nested, ordered, point, posing, reused_slot, rigged_dict, rigged_float, rigged_iter, rigged_list,
+                      rigged_str, tag, third, values, WROTE)
 
 
 class Money:  # a test module's own class, with comparisons of its own (real suites define many)
@@ -307,6 +346,29 @@ def test_honest_classes_of_the_tests_keep_their_comparisons():
     assert build(Local, 2) == Local(2) and type(build(Local, 2)) is Local
 
 
+def test_honest_mock_handed_in_comes_back_as_it_was():
+    m = unittest.mock.Mock()
+    assert echo(m) is m
+
+
+def test_honest_base_subclass_of_dict_keeps_its_type_and_methods():
+    assert type(config()).__name__ == "Config" and config().section("db_") == {"db_host": "h", "db_port": 1}
+
+
+def test_honest_objects_that_point_at_each_other():
+    a, b = Node(), Node()
+    assert a.link(b) is a and b.peer is a
+
+
+def test_honest_value_of_a_library_imported_later():
+    from fractions import Fraction
+    assert third() == Fraction(1, 3) and type(third()) is Fraction
+
+
+def test_honest_functions_keep_their_marks():
+    assert pkg.code.marked.hookimpl is True and pkg.code.marked() == 1
+
+
 def test_honest_str_subclass_keeps_its_type():
     assert type(tag()).__name__ == "Tag" and tag() == "t"
 '''
@@ -323,7 +385,7 @@ def repo(tmp_path):
 
 
 def outcomes(repo, grading: bool) -> dict[str, bool]:
-    run = sandbox.run_pytest(repo, [], grading=grading, known_classes=["pkg.code:Point", "pkg.code:Account"])
+    run = sandbox.run_pytest(repo, [], grading=grading, known_classes=["pkg.code:Point", "pkg.code:Account", "pkg.code:Config", "pkg.code:Node"])
     assert run.returncode in (0, 1), run.output
     return {t.split("::")[1]: ok for t, ok in run.outcomes.items()}
 
