@@ -72,6 +72,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
+@pytest.fixture(scope="module", autouse=True)
+def environment_restored():
+    """Each test module leaves the worker's environment as it found it. A worker runs many modules, and its
+    subprocesses inherit what one left: vLLM's engine and TRL's colocate mode set RANK, WORLD_SIZE and MASTER_PORT
+    in-process, after which every `python -m composer ...` the worker started believed it was one rank of a launch
+    and waited on a port the worker held (EADDRINUSE)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def network_attempts(monkeypatch):
     """Every attempt of this process to reach the network while the test runs (a name looked up, an internet socket

