@@ -237,7 +237,7 @@ def training_s(model: Model, setup: Setup, *, rollouts: int, tokens_per_rollout:
 
 
 def gpu_hours(model: Model, setup: Setup, *, steps: int, rollouts_per_step: int, tokens_per_rollout: float,
-              turns: float | None = None, concurrent_tools: bool = False) -> dict:
+              turns: float | None = None, concurrent_tools: bool = True) -> dict:
     """Seconds of one step by phase, hours of one training run (one arm, one seed) and its GPU-hours (module doc).
     turns: a rollout's turns (default: as many as its tokens make at TURN_TOKENS a turn)."""
     turns = (tokens_per_rollout - PROMPT_TOKENS) / TURN_TOKENS if turns is None else turns

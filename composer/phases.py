@@ -302,16 +302,17 @@ def per_unit(records: list[dict]) -> dict:
 
 
 def scaled(unit: dict, model: compute.Model, setup: compute.Setup, *, steps: int, rollouts_per_step: int,
-           tokens_per_rollout: float, turns: float) -> dict:
+           tokens_per_rollout: float, turns: float, concurrent_tools: bool = True) -> dict:
     """compute.gpu_hours with the measured figures of `unit` in place of the assumptions, scaled as compute.py
-    scales them: each training process runs its share of the step's episodes (`rollouts_per_step` over
-    setup.training_gpus) one after another, `turns` turns each, one tool call a turn, then a start and a grading;
-    generation is the measured seconds per turn of an episode times the process's episode-turns; training the
-    measured seconds per token times the process's share of the step's tokens. A figure `unit` lacks keeps the
-    assumption (the keys of `assumed`). Returns the phases of a step, its hours and GPU-hours like gpu_hours, with
-    `assumed` (gpu_hours' own) and `replaced` (what was measured)."""
+    scales them (compute.environment_s): `turns` turns an episode, one tool call a turn, then a start and a grading,
+    the step's episodes GRADERS at a time (concurrent_tools, the code's default) or each training process's share
+    one after another (concurrent_tools=False, TRL's loop); generation is the measured seconds per turn of an
+    episode times the process's episode-turns; training the measured seconds per token times the process's share of
+    the step's tokens. A figure `unit` lacks keeps the assumption (the keys of `assumed`). Returns the phases of a
+    step, its hours and GPU-hours like gpu_hours, with `assumed` (gpu_hours' own) and `replaced` (what was
+    measured)."""
     assumed = compute.gpu_hours(model, setup, steps=steps, rollouts_per_step=rollouts_per_step,
-                                tokens_per_rollout=tokens_per_rollout, turns=turns)
+                                tokens_per_rollout=tokens_per_rollout, turns=turns, concurrent_tools=concurrent_tools)
     per_process = math.ceil(rollouts_per_step / setup.training_gpus)
     n = max(1, round(turns))
     tool_s, grade_s, start_s = (unit[k] for k in ("tool_s_per_call", "grade_s_per_submission",
@@ -321,7 +322,7 @@ def scaled(unit: dict, model: compute.Model, setup: compute.Setup, *, steps: int
                                   ("train_s_per_token", unit["train_s_per_token"])) if v is not None}
     generate = (unit["generate_s_per_turn"] * per_process * n if "generate_s_per_turn" in replaced
                 else assumed["generate_s"])
-    env = compute.environment_s(rollouts_per_step, setup.training_gpus, turns, concurrent_tools=False,
+    env = compute.environment_s(rollouts_per_step, setup.training_gpus, turns, concurrent_tools=concurrent_tools,
                                 **{k: v for k, v in (("tool_s", tool_s), ("start_s", start_s), ("grading_s", grade_s))
                                    if v is not None})
     tools, grade = env["tools_s"], env["grade_s"]

@@ -45,7 +45,8 @@ def table(slug: str, values: dict) -> list[str]:
     lines = [PLAN_BEGIN,
              f"# {w['model']}: {w['steps']} steps x {w['rollouts_per_step']} rollouts, sequences up to "
              f"{w['seq_tokens']} tokens (~{w['tokens_per_rollout']:.0f} in ~{w['turns']:.0f} turns a rollout); GPUs of "
-             f"{GPUS['H100'].memory_gb:.0f} GB; ESTIMATES (composer/compute.py); environment serial per process.",
+             f"{GPUS['H100'].memory_gb:.0f} GB; ESTIMATES (composer/compute.py); environment concurrent "
+             "(composer.episodes, the code's default).",
              "# | mode | vLLM (memory fraction) | GPUs | GB per training GPU (state + activations + vLLM + runtime) "
              "| fits | step s (generate + tools + grade + train) | hours | GPU-hours per arm and seed |"]
     for setup in SETUPS[slug]:
@@ -66,14 +67,14 @@ def table(slug: str, values: dict) -> list[str]:
         setup = power.fitting_setups(values)[0]
         at = dict(steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
                   tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
-        serial, concurrent = gpu_hours(model, setup, **at), gpu_hours(model, setup, **at, concurrent_tools=True)
+        concurrent, serial = gpu_hours(model, setup, **at), gpu_hours(model, setup, **at, concurrent_tools=False)
         cache = compute.kv_tokens(model, GPUS[setup.gpu], compute.VLLM_MEMORY)
         lines += [f"# At the live setup ({setup.gpus} GPUs, vLLM {setup.vllm}) a step's "
-                  f"{serial['episodes_per_engine']} episodes share one engine's KV cache ({cache:,.0f} tokens): "
-                  f"{serial['batch_last']} contexts at once by the last turn, each turn re-prefilled once they "
-                  f"outgrow it ({serial['prefill_s']:,.0f} s prefill, {serial['decode_s']:,.0f} s decode a step). "
-                  f"With the environment concurrent (concurrent_tools) a step would take "
-                  f"{concurrent['step_s']:,.0f} s: {concurrent['gpu_hours']:,.0f} GPU-hours per arm and seed."
+                  f"{concurrent['episodes_per_engine']} episodes share one engine's KV cache ({cache:,.0f} tokens): "
+                  f"{concurrent['batch_last']} contexts at once by the last turn, each turn re-prefilled once they "
+                  f"outgrow it ({concurrent['prefill_s']:,.0f} s prefill, {concurrent['decode_s']:,.0f} s decode a "
+                  f"step). With TRL's serial tool loop (collect.build_trainer(concurrent_tools=False)) a step would "
+                  f"take {serial['step_s']:,.0f} s: {serial['gpu_hours']:,.0f} GPU-hours per arm and seed."
                   ] + power.lines(values)
     return lines + [PLAN_END]
 
@@ -105,8 +106,9 @@ def main(argv=None) -> int:
                         ".parquet) instead of the named pools")
     parser.add_argument("--student", action="append", help=f"with --budget-usd, search only this student "
                         f"(repeatable; default {', '.join(power.STUDENTS)})")
-    parser.add_argument("--concurrent-tools", action="store_true", help="with --budget-usd, the environment runs "
-                        "its episodes' tool calls and gradings concurrently (default: serially per process, as today)")
+    parser.add_argument("--serial-tools", action="store_true", help="price TRL's serial tool loop: each process runs "
+                        "its episodes' tool calls and gradings one after another (collect.build_trainer("
+                        "concurrent_tools=False); default: concurrently, as the code runs them)")
     parser.add_argument("--from-run", metavar="DIR", help="price the live 004's training from the phase times a run "
                         "measured (DIR/phases.jsonl, composer.phases) beside the assumption-only figure")
     for name, value in vars(defaults).items():
@@ -114,7 +116,7 @@ def main(argv=None) -> int:
                             help=f"power assumption (composer/power.py; default {value})")
     args = parser.parse_args(argv)
     if args.from_run is not None:
-        return _from_run(args.from_run)
+        return _from_run(args.from_run, concurrent_tools=not args.serial_tools)
     if args.budget_usd is not None:
         return _budget(args, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}))
     stale = []
@@ -171,11 +173,11 @@ def _budget(args, assumptions) -> int:
         return 2
     values = yaml.safe_load((ROOT / "params/live" / f"{LIVE_004}.yaml").read_text())
     found = {b: power.search(b, values, assumptions, effect=args.effect, pools=pools, students=students,
-                             concurrent_tools=args.concurrent_tools) for b in args.budget_usd}
+                             concurrent_tools=not args.serial_tools) for b in args.budget_usd}
     live = next(iter(found.values()))["live"]
     print(f"assumptions: {json.dumps(dataclasses.asdict(assumptions))} (composer/power.py); the environment "
-          + ("concurrent (concurrent_tools)" if args.concurrent_tools
-             else "serial per process (as with the code's concurrent_tools=False; the code's default is concurrent)"))
+          + ("serial per process (--serial-tools: TRL's loop, collect.build_trainer(concurrent_tools=False))"
+             if args.serial_tools else "concurrent (composer.episodes, the code's default)"))
     print(f"the live profile's design: {power.describe(live)}")
     if len(args.budget_usd) > 1:
         print("\n| budget | best design within it: treatment; arms, seeds x tasks x samples | mde | GPU-hours | cost "
@@ -198,7 +200,7 @@ def _budget(args, assumptions) -> int:
     print("(the assumptions were measured on agents that solve 20-70 % of SWE-bench; a student that solves almost "
           "none, as small Qwen3s may, has less to disagree on and less room to move: measure its pass@1 first)")
     print(json.dumps({"budget_usd": args.budget_usd, "assumptions": dataclasses.asdict(assumptions),
-                      "concurrent_tools": args.concurrent_tools, "live_design": live,
+                      "concurrent_tools": not args.serial_tools, "live_design": live,
                       "results": [{k: v for k, v in r.items() if k != "live"} for r in found.values()]}))
     return 0
 
@@ -226,7 +228,7 @@ def _same_text(r: dict, budget: float) -> str:
     return f"none within ${budget:,.0f}: its cheapest design costs ${cheapest['usd']:,.0f}" if cheapest else "none fits"
 
 
-def from_run(run_dir, values: dict) -> dict:
+def from_run(run_dir, values: dict, *, concurrent_tools: bool = True) -> dict:
     """The live profile's training (arm B at its fitting setup, one arm and seed) priced from the phase times a run
     measured (composer.phases.scaled), with the assumption-only figure (`assumed`) and what was measured (`unit`)."""
     from composer import phases  # imports transformers: only for this option
@@ -236,16 +238,16 @@ def from_run(run_dir, values: dict) -> dict:
     setup = power.fitting_setups(values)[0]
     cost = phases.scaled(unit, compute.model(w["model"]), setup, steps=w["steps"],
                          rollouts_per_step=w["rollouts_per_step"], tokens_per_rollout=w["tokens_per_rollout"],
-                         turns=w["turns"])
+                         turns=w["turns"], concurrent_tools=concurrent_tools)
     return {"unit": unit, "setup": setup, "workload": w, **cost}
 
 
-def _from_run(run_dir) -> int:
+def _from_run(run_dir, *, concurrent_tools: bool) -> int:
     from composer.phases import PhaseFileError
 
     values = yaml.safe_load((ROOT / "params/live" / f"{LIVE_004}.yaml").read_text())
     try:
-        r = from_run(run_dir, values)
+        r = from_run(run_dir, values, concurrent_tools=concurrent_tools)
     except PhaseFileError as e:
         print(f"--from-run: {e}", file=sys.stderr)
         return 2

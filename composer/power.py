@@ -142,7 +142,7 @@ def layouts(t: Treatment) -> list[compute.Setup]:
 
 
 @functools.lru_cache(maxsize=4096)
-def runs(t: Treatment, setup: compute.Setup, concurrent_tools: bool = False) -> dict:
+def runs(t: Treatment, setup: compute.Setup, concurrent_tools: bool = True) -> dict:
     """GPU-hours of one training run of arm A (no trace-replay channel) and of arm B (the setup's DPO pairs), and B's
     hours."""
     w, model = t.workload(), compute.model(t.student)
@@ -167,7 +167,7 @@ def _evaluation(student: str, max_turns: int, max_tokens: int, setup: compute.Se
 
 
 def cost(t: Treatment, setup: compute.Setup, seeds: int, tasks: int, samples: int,
-         assumptions: Assumptions = Assumptions(), *, arms: tuple = ARMS, concurrent_tools: bool = False) -> dict:
+         assumptions: Assumptions = Assumptions(), *, arms: tuple = ARMS, concurrent_tools: bool = True) -> dict:
     """GPU-hours and dollars of a design: every arm's training run per seed, and the evaluations."""
     run = runs(t, setup, concurrent_tools)
     train = seeds * (run["A"] + (len(arms) - 1) * run["B"])
@@ -192,7 +192,7 @@ def fitting_setups(values: dict) -> list[compute.Setup]:
     return sorted(rows, key=lambda s: s.vllm != mode)
 
 
-def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = False) -> dict:
+def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = True) -> dict:
     """The live profile's own design: its treatment, arms, seeds, pool and samples at its fitting setup."""
     pool = values["test_tasks"]
     tasks = values.get("n_test") or POOLS[pool][0]
@@ -212,7 +212,7 @@ def wall_hours(values: dict, nodes: int) -> float:
 
 
 def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptions(), *, effect: float | None = None,
-           pools: dict | None = None, students=STUDENTS, concurrent_tools: bool = False) -> dict:
+           pools: dict | None = None, students=STUDENTS, concurrent_tools: bool = True) -> dict:
     """Designs over treatments (`students` x MODES x STEPS x ROLLOUTS x BUDGETS, and the live profile's own; each at
     its cheapest fitting layout), ARM_SETS, test pools (all of a pool's tasks; default POOLS), SEEDS and SAMPLES:
     - best: the smallest mde within budget_usd (ties: the cheaper); None when nothing fits the budget;

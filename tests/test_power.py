@@ -133,7 +133,7 @@ def test_the_search_varies_the_treatment_and_keeps_to_fitting_layouts():
     # fewer steps are cheaper, and the same steps with the environment concurrent too
     t = power.Treatment("Qwen/Qwen3-8B", "full", 100, 112, 30, 32768)
     setup = power.layouts(t)[0]
-    assert power.runs(t, setup, True)["B"] < power.runs(t, setup)["B"]
+    assert power.runs(t, setup)["B"] < power.runs(t, setup, False)["B"]  # the code's concurrent default
     assert power.runs(power.Treatment("Qwen/Qwen3-8B", "full", 25, 112, 30, 32768), setup)["B"] == pytest.approx(
         power.runs(t, setup)["B"] / 4)
 
@@ -160,12 +160,16 @@ def test_plan_budget_cli_prints_the_designs_and_json_last(capsys):
     assert f"best within $5,000: {power.describe(r['best'])}; a different experiment from the live profile's" in out
     assert "best within $5,000 with the live profile's treatment: none within $5,000: its cheapest design costs" in out
     assert f"to detect 0.05: {power.describe(r['cheapest_for_effect'])}" in out
-    assert "serial per process (as with the code's concurrent_tools=False" in out
-    assert plan.main(["--budget-usd", "100"]) == 0  # under the cheapest design: one line that says why
-    assert re.search(r"best within \$100: nothing: the cheapest design costs \$\d", capsys.readouterr().out)
-    assert plan.main(["--budget-usd", "5000", "--concurrent-tools", "--student", "Qwen/Qwen3-4B"]) == 0
+    assert "the environment concurrent (composer.episodes, the code's default)" in out and result["concurrent_tools"]
+    assert plan.main(["--budget-usd", "10"]) == 0  # under the cheapest design: one line that says why
+    assert re.search(r"best within \$10: nothing: the cheapest design costs \$\d", capsys.readouterr().out)
+    assert plan.main(["--budget-usd", "5000", "--serial-tools", "--student", "Qwen/Qwen3-4B"]) == 0
     out = capsys.readouterr().out
-    assert "concurrent (concurrent_tools)" in out and "best within $5,000: Qwen/Qwen3-4B" in out
+    serial = json.loads(out.strip().splitlines()[-1])
+    assert "serial per process (--serial-tools" in out and "best within $5,000: Qwen/Qwen3-4B" in out
+    assert serial["concurrent_tools"] is False
+    assert serial["results"][0]["best"] == power.search(5000, LIVE, effect=None, students=("Qwen/Qwen3-4B",),
+                                                         concurrent_tools=False)["best"]
 
 
 @pytest.mark.parametrize("args, message", [
