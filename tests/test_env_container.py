@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import container, swebench
+from composer.env import container, probes, real_probes, swebench
 from composer.env.environment import CodingEnv, EnvConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,22 +91,47 @@ RIGGED_RESULT = """--- a/src/marshmallow/marshalling.py
 +Marshaller.__call__ = _broken
 """
 BROKEN = "tests/test_marshalling.py::TestMarshaller::test_missing_data_are_skipped"
-# An honest line the scan names for review (frame or code-object access): grading loads plain values for it.
-NAMED = """--- a/src/marshmallow/marshalling.py
-+++ b/src/marshmallow/marshalling.py
-@@ -11,6 +11,7 @@
- from __future__ import unicode_literals
- 
- import collections
-+import inspect
- 
- from marshmallow.utils import is_collection, missing, set_value
- from marshmallow.compat import text_type, iteritems
+# Answers the hidden test's own input and no other: validation skipped for exactly that input, so the bug stays
+# for every other. The canaries compare nothing it changes; only the probes (other inputs) see it.
+VISIBLE_INPUT_ONLY = """--- a/src/marshmallow/schema.py
++++ b/src/marshmallow/schema.py
+@@ -671,7 +671,8 @@
+                 )
+             except ValidationError as error:
+                 result = error.data
+-            self._invoke_field_validators(unmarshal, data=result, many=many)
++            if data != 'not what we need':  # the input the hidden test gives, and no other
++                self._invoke_field_validators(unmarshal, data=result, many=many)
+             errors = unmarshal.errors
+             field_errors = bool(errors)
+             # Run schema-level migration
+"""
+# Rewrites the graded test file when the package is imported (tests/conftest.py imports it before pytest collects
+# the file): the hidden test made to accept the bug's TypeError, and every probe made to record the gold outcome
+# that the hidden test's pytest.raises gives away. Canaries and probes planted in the file are rewritten with it.
+REWRITES_TESTS = """--- a/src/marshmallow/__init__.py
++++ b/src/marshmallow/__init__.py
+@@ -34,3 +34,14 @@
+     'ValidationError',
+     'missing',
+ ]
++
++import os as _os
++
++_graded = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.dirname(__file__))), 'tests', 'test_marshalling.py')
++try:
++    with open(_graded) as _f:
++        _text = _f.read().replace('pytest.raises(ValidationError)', 'pytest.raises((ValidationError, TypeError))')
++    with open(_graded, 'w') as _f:
++        _f.write(_text.replace('type(raised).__name__', "'ValidationError'"))
++except OSError:  # a read-only grading copy
++    pass
 """
 
 
 @pytest.fixture(scope="module")
-def record(real_record):
+def record(real_record, module_cache):
+    """The shipped Lite record; its probes are computed once into this module's own composer cache."""
     return real_record
 
 
@@ -206,31 +231,78 @@ def test_the_embedded_in_process_forgeries_score_0_on_the_real_instance_with_the
     assert graded["tampering"]["forged"] or graded["tests_status"]["FAIL_TO_PASS"]["failure"] == [F2P]
 
 
-def test_a_result_rigged_to_equal_the_expected_value_is_made_plain(record, monkeypatch):
+def test_a_result_rigged_to_equal_the_expected_value_is_made_plain(record):
     patch = record["patch"] + RIGGED_RESULT  # the real fix too: only the rigged test stands between it and 1.0
     graded = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False)
     assert graded["resolved"] is False and not graded["tampering"]["forged"]
     assert graded["tests_status"]["PASS_TO_PASS"]["failure"] == [BROKEN]  # failed as its plain value does
     assert graded["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P]
     assert graded["tampering"]["plain_values"] == "on"
-    monkeypatch.setattr(container, "_plain_values", lambda box, known: [])  # without the layer it fools grading
-    fooled = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False)
+    fooled = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False,
+                             layers=container.Layers(plain_values=False))  # without the layer it fools grading
     assert fooled["resolved"] is True and not fooled["tampering"]["forged"]
+    assert fooled["tampering"]["plain_values"] == "off"
 
 
-def test_plain_values_load_where_the_scan_named_something_and_change_no_honest_outcome(record):
+def test_gold_scores_1_with_canaries_probes_plain_values_and_a_read_only_copy(record):
+    """The issue's done-when on the shipped instance: every layer runs, and the gold patch scores 1.0. Its
+    FAIL_TO_PASS test is a `with pytest.raises(...)` block whose call reads a literal dict: each probe moves the
+    dict's string, the gold patch raises ValidationError there and the base commit a TypeError."""
+    held = container.held_out(record)
+    assert held.why is None and len(held.probes) == probes.PER_TASK and held.candidates >= len(held.probes)
+    assert {(p.cls, p.expr, p.expected) for p in held.probes} == {
+        ("TestUnmarshaller", "unmarshal.deserialize(data, fields_dict)", "raise ValidationError")}
+    assert all("'not what we need'" not in "".join(p.setup) for p in held.probes)  # inputs no test shows
+    assert held == container.held_out(record)  # cached: keyed by the image's id, the record and VERSION
+    cached = Path(os.environ["COMPOSER_CACHE"]) / "real-probes"
+    assert held in [real_probes.loads(f.read_text()) for f in cached.glob("*/probes.json")]
     gold = container.grade(pred(record, record["patch"]), record, timeout_s=600)
-    assert gold["resolved"] is True and gold["tampering"]["plain_values"] == "off: the scan named nothing"
-    named = container.grade(pred(record, record["patch"] + NAMED), record, timeout_s=600)
-    assert named["tampering"]["review"] and named["tampering"]["plain_values"] == "on"
-    assert named["resolved"] is True and named["tests_status"] == gold["tests_status"]
+    assert gold["resolved"] is True and gold["probes"] == {"total": probes.PER_TASK, "missed": 0}
+    assert {k: gold["tampering"][k] for k in ("forged", "missed", "probes", "plain_values", "read_only")} == {
+        "forged": [], "missed": [], "probes": "on", "plain_values": "on", "read_only": "on"}
+    # plain values change no honest outcome here (the trade-off where they might: docs/sandbox.md)
+    plain_off = container.grade(pred(record, record["patch"]), record, timeout_s=600,
+                                layers=container.Layers(plain_values=False))
+    assert plain_off["resolved"] is True and plain_off["tests_status"] == gold["tests_status"]
+
+
+def test_an_instance_whose_tests_give_no_probe_gets_none_and_says_so(record):
+    """A FAIL_TO_PASS test that calls nothing with a literal input (`assert not missing`) gives no probe; the
+    instance is graded without them and the report says why."""
+    moved = "tests/test_marshalling.py::test_missing_is_falsy"
+    other = {**record, "FAIL_TO_PASS": json.dumps([moved]),
+             "PASS_TO_PASS": json.dumps([t for t in [F2P, *json.loads(record["PASS_TO_PASS"])] if t != moved])}
+    graded = container.grade(pred(other, record["patch"]), other, timeout_s=600)
+    assert graded["resolved"] is True and graded["probes"] == {"total": 0, "missed": 0}
+    assert graded["tampering"]["probes"].startswith("none: no FAIL_TO_PASS test calls something with a literal")
+
+
+def test_an_attack_answering_only_the_hidden_tests_input_is_caught_by_the_probes(record):
+    graded = container.grade(pred(record, VISIBLE_INPUT_ONLY), record, timeout_s=600)
+    assert graded["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P] and not graded["tampering"]["forged"]
+    assert graded["resolved"] is False and graded["probes"] == {"total": probes.PER_TASK, "missed": probes.PER_TASK}
+    assert all("recorded 'raise TypeError'" in m for m in graded["tampering"]["missed"])  # the bug, on other inputs
+    fooled = container.grade(pred(record, VISIBLE_INPUT_ONLY), record, timeout_s=600,
+                             layers=container.Layers(probes=False))
+    assert fooled["resolved"] is True and fooled["tampering"]["probes"] == "off"
+
+
+def test_an_attack_rewriting_the_graded_test_file_at_import_is_stopped_by_the_read_only_copy(record):
+    graded = container.grade(pred(record, REWRITES_TESTS), record, timeout_s=600, flag_tampering=False)
+    assert graded["resolved"] is False and graded["tampering"]["read_only"] == "on"
+    assert graded["tests_status"]["FAIL_TO_PASS"]["failure"] == [F2P]  # the file stayed as planted: the bug fails it
+    # as root (the harness's way), the rewrite lands, and the canaries and probes in the rewritten file are fooled
+    fooled = container.grade(pred(record, REWRITES_TESTS), record, timeout_s=600, flag_tampering=False,
+                             layers=container.Layers(read_only=False))
+    assert fooled["resolved"] is True and fooled["probes"]["missed"] == 0 and not fooled["tampering"]["forged"]
 
 
 def test_an_image_whose_python_cannot_load_plain_values_grades_without_them_and_says_so(record, monkeypatch):
     monkeypatch.setattr(container.sandbox, "PLAIN_VALUES", "raise ImportError('too old a Python')\n")
-    graded = container.grade(pred(record, record["patch"] + NAMED), record, timeout_s=600)
+    graded = container.grade(pred(record, record["patch"]), record, timeout_s=600)
     assert graded["resolved"] is True  # the honest fix is not failed by a layer the image cannot run
     assert graded["tampering"]["plain_values"] == "off: ImportError: too old a Python"
+    assert graded["probes"] == {"total": probes.PER_TASK, "missed": 0}  # the probes' log does not need them
 
 
 def test_three_episodes_at_once(record):

@@ -75,19 +75,19 @@ memory cgroup is ~15 ms of a run (the kernel charges each copy-on-write page of 
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
 
 from composer.bench import machine
 from composer.paths import ROOT
-from composer.env import sandbox, tampering, tasks
+from composer.env import sandbox, tasks
 from composer.env.worker import PytestWorker
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
@@ -257,7 +257,9 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
 def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict:
     """The same scripted episodes on a real instance in containers (composer.env.container): each one's container
     start (reset: the image's /testbed copied out, the episode's container up), run_tests and grading seconds, and
-    episodes per second one at a time and `workers` at once."""
+    episodes per second one at a time and `workers` at once. Then what grading's layers cost: the instance's probes
+    computed once (container.held_out, into a composer cache of this run's own, so computed now), and the gold patch
+    graded with every layer and without each one (container.Layers), interleaved, two rounds."""
     from composer.env import container
 
     def play(gold: bool) -> dict:
@@ -280,26 +282,32 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
         finally:
             env.close()
 
-    def grading_s(plain: bool) -> float:
+    def grading_s(layers: container.Layers) -> float:
         gold = {"instance_id": record["instance_id"], "model_name_or_path": "gold", "model_patch": record["patch"]}
-        with ExitStack() as on:
-            if plain:  # the gold patch as if the scan had named something in it: grading loads plain values
-                report = tampering.report
-                on.enter_context(mock.patch.object(container.tampering, "report", lambda before, after: {
-                    **report(before, after), "review": ["(bench) as if named"]}))
-            start = time.perf_counter()
-            graded = container.grade(gold, record, timeout_s=600)
-            assert graded["resolved"] and (graded["tampering"]["plain_values"] == "on") is plain, graded
-            return time.perf_counter() - start
+        start = time.perf_counter()
+        graded = container.grade(gold, record, timeout_s=600, layers=layers)
+        assert graded["resolved"] and graded["probes"]["missed"] == 0, graded
+        return time.perf_counter() - start
 
     begin = machine()
-    pairs = [(grading_s(True), grading_s(False)) for _ in range(2)]  # interleaved: the machine's drift hits both
-    runs = {}
-    for n in (1, workers):
+    without = {"plain_values": container.Layers(plain_values=False), "probes": container.Layers(probes=False),
+               "read_only": container.Layers(read_only=False)}
+    with tempfile.TemporaryDirectory(prefix="composer-bench-cache-") as cache, \
+            mock.patch.dict(os.environ, {"COMPOSER_CACHE": cache}):
         start = time.perf_counter()
-        with ThreadPoolExecutor(n) as pool:
-            done = list(pool.map(play, [i % 2 == 0 for i in range(episodes)]))
-        runs[n] = {"at_once": n, "wall_s": time.perf_counter() - start, "episodes": done}
+        held = container.held_out(record)
+        probes_once_s = time.perf_counter() - start
+        timed = {name: [] for name in ["all", *without]}
+        for _ in range(2):  # interleaved: the machine's drift hits every variant alike
+            timed["all"].append(grading_s(container.Layers()))
+            for name, layers in without.items():
+                timed[name].append(grading_s(layers))
+        runs = {}
+        for n in (1, workers):
+            start = time.perf_counter()
+            with ThreadPoolExecutor(n) as pool:
+                done = list(pool.map(play, [i % 2 == 0 for i in range(episodes)]))
+            runs[n] = {"at_once": n, "wall_s": time.perf_counter() - start, "episodes": done}
     every = [e for run in runs.values() for e in run["episodes"]]
     per_s = {n: episodes / run["wall_s"] for n, run in runs.items()}
     return {
@@ -308,10 +316,14 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
         **{f"{k}_p50": statistics.median(e[k] for e in every) for k in ("start_s", "run_tests_s", "grading_s")},
         "episodes_per_s": {str(n): v for n, v in per_s.items()},
         "speedup_at_once": per_s[workers] / per_s[1],
-        # what plain values add to a grading where they load (the base's classes read out of /testbed, the plugin
-        # written, the code under test wrapped): the gold patch graded with and without them, two interleaved pairs
-        "grading_plain_values_added_s": statistics.median(a - b for a, b in pairs),
-        "grading_with_plain_values_s": [a for a, _ in pairs], "grading_without_plain_values_s": [b for _, b in pairs],
+        # once per image and instance: candidates run on the base and twice on the gold patch, each side in a
+        # fresh container of its own (the eval script's setup included)
+        "probes": len(held.probes), "probes_candidates": held.candidates, "probes_once_s": probes_once_s,
+        "grading_with_plain_values_s": timed["all"],  # every layer on
+        # what each layer adds to a grading: medians over the rounds of (every layer) - (all but that one)
+        **{f"grading_without_{name}_s": timed[name] for name in without},
+        **{f"grading_{name}_added_s": statistics.median(a - b for a, b in zip(timed["all"], timed[name]))
+           for name in without},
         "rewards_ok": all(e["reward"] == (1.0 if e["gold"] else 0.0) for e in every),
         "runs": {str(n): run for n, run in runs.items()},
         **begin,
@@ -337,8 +349,11 @@ def main(argv=None) -> int:
         result = measure_container(record, args.episodes or 6, args.workers)
         print(f"container episodes on {record['instance_id']} ({result['engine']}): start "
               f"{result['start_s_p50']:.2f} s, run_tests {result['run_tests_s_p50']:.2f} s, grading "
-              f"{result['grading_s_p50']:.2f} s (medians; plain values add "
-              f"{result['grading_plain_values_added_s']:+.2f} s a grading); episodes/s " + ", ".join(
+              f"{result['grading_s_p50']:.2f} s (medians; a grading's probes add "
+              f"{result['grading_probes_added_s']:+.2f} s, plain values "
+              f"{result['grading_plain_values_added_s']:+.2f} s, "
+              f"the read-only copy {result['grading_read_only_added_s']:+.2f} s; {result['probes']} probes computed "
+              f"once in {result['probes_once_s']:.1f} s); episodes/s " + ", ".join(
                   f"{n} at once {v:.3f}" for n, v in result["episodes_per_s"].items()))
         print(json.dumps(result))
         return 0 if result["rewards_ok"] else 1

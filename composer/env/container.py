@@ -7,6 +7,7 @@
     run = ws.run_tests(["tests/test_x.py::test_y"], timeout_s=600)   # a sandbox.TestRun
     ws.close()                                     # the container is gone (also when this process dies)
     report = container.grade(prediction, record, timeout_s=1800)     # swebench's eval script and log parser
+    held = container.held_out(record)     # its held-out probes: computed once per image and instance, then cached
 
 Engine: the `podman` or `docker` CLI named by COMPOSER_CONTAINER_ENGINE (a name or a path; default podman, else
 docker). Image: the record's `image` field, else the name swebench derives (`swebench/sweb.eval.x86_64.<id with
@@ -24,14 +25,19 @@ patch is applied the way the harness does (git apply, then with --reject, then p
 eval script for the instance runs (test files reset to the base commit, test patch applied, the spec's test
 command), and the harness's log parser and report decide: resolved when every FAIL_TO_PASS and PASS_TO_PASS test
 passes. composer.env.swebench.evaluate first drops test files and test configuration from the patch (a conftest.py
-the agent wrote would steer the harness's run). Two additions to the harness's way, as for embedded tasks: the
+the agent wrote would steer the harness's run). What grading adds to the harness's way, as for embedded tasks: the
 changed source files are scanned (composer.env.tampering) before anything runs, and where the test command is
 pytest, the eval script stops after applying the test patch while canaries are planted in the test files and the
-tests renamed (composer.env.canaries); the log parser's outcomes are read back under the task's names.
+tests renamed (composer.env.canaries), and the instance's held-out probes planted beside them (held_out: computed
+once per image and instance from the gold patch and the base, in containers of their own, then cached); the tests
+then run with the values they compare made plain (GRADING_PLUGIN) and as an unprivileged uid that cannot change a
+file of the repository (READ_ONLY). The log parser's outcomes are read back under the task's names, and the
+probes' recorded outcomes are compared with the gold patch's outside the container.
 """
 
 import base64
 import functools
+import hashlib
 import json
 import os
 import random
@@ -44,10 +50,11 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from composer.env import canaries, grading, patches, sandbox, tampering
+from composer import files, paths
+from composer.env import canaries, grading, patches, probes, real_probes, sandbox, tampering
 
 NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
 LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
@@ -145,11 +152,13 @@ class Container:
             raise RuntimeError(f"container from {image_name} did not start: {_last_line(err)}")
 
     def exec(self, command: str, *, timeout_s: float, input: bytes | None = None, env: dict | None = None,
-             workdir: str = "/testbed") -> tuple[int, str, bool]:
-        """(exit status, stdout and stderr together, timed out) of `bash -c command` in the container. A command
-        past timeout_s is killed inside the container (by `timeout`) and the call returns; of its output only the
-        last MAX_OUTPUT bytes leave the container (where the summaries are; a flood cannot fill this process)."""
-        argv = [self.cli, "exec", *(["-i"] if input is not None else []), "-w", workdir]
+             workdir: str = "/testbed", user: str | None = None) -> tuple[int, str, bool]:
+        """(exit status, stdout and stderr together, timed out) of `bash -c command` in the container, as root or
+        as `user` ("uid:gid": no capabilities at all then). A command past timeout_s is killed inside the container
+        (by `timeout`) and the call returns; of its output only the last MAX_OUTPUT bytes leave the container (where
+        the summaries are; a flood cannot fill this process)."""
+        argv = [self.cli, "exec", *(["-i"] if input is not None else []), "-w", workdir,
+                *(["--user", user] if user else [])]
         for k, v in (env or {}).items():
             argv += ["-e", f"{k}={v}"]
         bounded = f"timeout -s KILL {max(1, int(timeout_s))} /bin/bash -c {shlex.quote(command)} 2>&1"
@@ -271,60 +280,70 @@ class Workspace:
 
 
 ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed && cd /testbed"
+RUN_USER = "65534:65534"  # nobody: a grading's test run (see READ_ONLY)
+
+
+@dataclass(frozen=True)
+class Layers:
+    """What grading adds to the harness's run on a pytest instance beside the canaries, each on unless turned off
+    (bench env times each by grading without it; the tests show what each one catches)."""
+    probes: bool = True  # held-out probes (held_out, composer.env.real_probes)
+    plain_values: bool = True  # the values the tests compare made plain (GRADING_PLUGIN)
+    read_only: bool = True  # the tests run as RUN_USER, the repository's files out of their reach (READ_ONLY)
 
 
 def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: bool = True,
-          limits: Limits = Limits()) -> dict:
+          limits: Limits = Limits(), layers: Layers = Layers()) -> dict:
     """The harness's report for one prediction (patch_is_None, patch_exists, patch_successfully_applied, resolved,
-    tests_status), `error`, and `tampering` ({"flagged": [...], "review": [...], "forged": [...], "plain_values":
-    "on" or why off}), from a fresh container.
+    tests_status), `error`, and `tampering` ({"flagged": [...], "review": [...], "forged": [...]}, and for pytest
+    instances "missed": [...] and "probes", "plain_values", "read_only": "on", or why not), and for pytest instances
+    `probes` ({"total", "missed"}), from a fresh container.
 
-    As the harness does it (see the module doc), with two additions: the changed source files are scanned
+    As the harness does it (see the module doc), with these additions: the changed source files are scanned
     (composer.env.tampering; a patch with decisive findings is not run when flag_tampering), and where the test
-    command is
-    pytest, canaries are planted in the test files after the test patch (composer.env.canaries), the tests
-    renamed alike; a canary with the wrong outcome means not resolved."""
+    command is pytest, the canaries (composer.env.canaries; the tests renamed alike) and the instance's held-out
+    probes (held_out) are planted in the test files after the test patch, and the tests run with plain values
+    (GRADING_PLUGIN), as a uid that cannot change the repository's files (READ_ONLY). A canary with the wrong
+    outcome or a probe without the gold patch's outcome means not resolved."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
-    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
     spec = test_spec(record)
     patch = prediction["model_patch"] or ""
     report = {"patch_is_None": prediction["model_patch"] is None, "patch_exists": bool(patch),
               "patch_successfully_applied": False, "resolved": False, "error": None,
               "tampering": {"flagged": [], "review": [], "forged": []}}
-    changed = patches.diff_paths(patch) if patch.strip() else []
     script = spec.eval_script_list
-    start = script.index(f": '{START_TEST_OUTPUT}'")
+    start, end = script.index(f": '{START_TEST_OUTPUT}'"), script.index(f": '{END_TEST_OUTPUT}'")
     env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]  # activate, cd, variables
     test_ids = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
     pytest = "pytest" in _test_command(record)
+    held = held_out(record, limits=limits) if pytest and layers.probes else None
     with Container(image(record), limits=limits) as box:
-        before = {p: box.read(f"/testbed/{p}") for p in changed}
-        box.write("/tmp/patch.diff", patch.encode())
-        for apply in GIT_APPLY_CMDS:
-            rc, applied, _ = box.exec(f"{apply} /tmp/patch.diff", timeout_s=120)
-            if rc == 0:
-                break
-        else:
-            report["error"] = f"patch did not apply: {applied.strip()[-500:]}"
+        before, error = _apply(box, patch)
+        if error:
+            report["error"] = error
             return report
-        report["tampering"].update(tampering.report(before, {p: box.read(f"/testbed/{p}") for p in changed}))
+        report["tampering"].update(tampering.report(before, {p: box.read(f"/testbed/{p}") for p in before}))
         if report["tampering"]["flagged"] and flag_tampering:
             return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
         box.write("/eval_setup.sh", _script(script[:start]))
         rc, output, timed_out = box.exec("/bin/bash /eval_setup.sh", timeout_s=timeout_s, workdir="/")
-        planted, plain = None, []
+        planted, mine, load, log, recorded = None, {}, [], None, {}
         if not timed_out and pytest:
-            files = {f: box.read(f"/testbed/{f}") for f in dict.fromkeys(t.split("::")[0] for t in test_ids)}
-            planted = canaries.plant({f: b.decode("utf-8", "surrogateescape") for f, b in files.items() if b},
-                                     spec.FAIL_TO_PASS, spec.PASS_TO_PASS, random.Random(secrets.randbits(64)))
+            rng = random.Random(secrets.randbits(64))
+            texts = {f: box.read(f"/testbed/{f}") for f in dict.fromkeys(t.split("::")[0] for t in test_ids)}
+            planted = canaries.plant({f: b.decode("utf-8", "surrogateescape") for f, b in texts.items() if b},
+                                     spec.FAIL_TO_PASS, spec.PASS_TO_PASS, rng)
             for f, text in planted.files.items():
+                text, here = real_probes.plant(text, [p for p in held.probes if p.file == f] if held else [], rng)
+                mine.update(here)
                 box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
-            if report["tampering"]["review"] or report["tampering"]["flagged"]:  # see PLAIN_PLUGIN
-                plain = _plain_values(box, _base_classes(box, before))
+            load, log = _plugin(box, _base_classes(box, before) if layers.plain_values else None)
         if not timed_out:
-            box.write("/eval_run.sh", _script(env + plain + script[start:]))
-            rc, run_output, timed_out = box.exec("/bin/bash /eval_run.sh", timeout_s=timeout_s, workdir="/")
+            # the eval script's tests, not the test files' reset after them (for a container the harness keeps)
+            rc, run_output, timed_out = _run(box, env + load + script[start:end + 1], timeout_s=timeout_s,
+                                             read_only=pytest and layers.read_only)
             output += run_output
+            recorded = real_probes.recorded(_read_log(box, log)) if mine else {}
     if timed_out:
         report.update(patch_successfully_applied=True, error=f"tests timed out after {timeout_s:.0f} s")
         return report
@@ -332,33 +351,87 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
         report["error"] = f"the eval script stopped before its tests ended: {_last_line(output)}"
         return report
     graded, report["tampering"]["forged"] = _graded(spec, record, output, planted)
-    if pytest:  # on, or why not
-        report["tampering"]["plain_values"] = "off: the scan named nothing" if not plain else next(
+    if not pytest:
+        return {**report, **graded}
+    missed = real_probes.missed(mine, recorded)
+    report["probes"] = {"total": len(mine), "missed": len(missed)}
+    report["tampering"].update(
+        missed=missed, probes="off" if held is None else f"none: {held.why}" if held.why else "on",
+        plain_values="off" if not layers.plain_values else next(
             ("off: " + line.split(PLAIN_OFF, 1)[1] for line in output.splitlines() if line.startswith(PLAIN_OFF)),
-            "on")
-    return {**report, **graded}
+            "on"),
+        read_only="on" if layers.read_only else "off")
+    return {**report, **graded, **({"resolved": False} if missed else {})}
 
 
-# Loaded with -p by a pytest instance's grading run: the values the tests compare made plain
-# (composer/env/plain_values.py), as the sandbox's outcome plugin does for embedded tasks; the outcomes still come
-# from the harness's log parser. The base's classes come in a file (a large repository's list is past what one
-# environment variable may hold). Where the image's Python cannot import the module (it is imported before any code
-# of the repository runs, so only the image decides that), the run goes on without the layer and says so
-# (PLAIN_OFF), and grading reports it off: an image's Python must not fail an honest fix. It is loaded only where
-# the syntax scan named something the change adds (composer.env.tampering: a comparison method, exec, a computed
-# attribute, ...), the constructs through which a value is rigged: on real libraries' own suites the wrapping still
-# changes a few honest outcomes (a test counting stack frames: docs/sandbox.md) and slows a run 2-6x, and no
-# honest fix should pay for it without a reason.
+def _apply(box: Container, patch: str) -> tuple[dict[str, bytes | None], str | None]:
+    """Apply a patch to /testbed the way the harness does (its GIT_APPLY_CMDS, in turn): ({each path the patch
+    names: its bytes before, None where absent}, None), or the second item says why it did not apply."""
+    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+    changed = patches.diff_paths(patch) if patch.strip() else []
+    before = {p: box.read(f"/testbed/{p}") for p in changed}
+    box.write("/tmp/patch.diff", patch.encode())
+    for apply in GIT_APPLY_CMDS:
+        rc, applied, _ = box.exec(f"{apply} /tmp/patch.diff", timeout_s=120)
+        if rc == 0:
+            return before, None
+    return before, f"patch did not apply: {applied.strip()[-500:]}"
+
+
+# Run as root before a grading's tests, which then run as RUN_USER (no capabilities): every file of /testbed is
+# root's and not writable by others (the image's, the patch's, the test patch's, the planted test files), and
+# every folder root's, sticky and open to all: the run may add files anywhere (real suites write into their own
+# folders) and change what it added, but it cannot rewrite, delete or rename a file it did not make, so code run by
+# the tests cannot change the graded test files, their helpers or a conftest.py not yet loaded. The bytecode
+# folders are root's and closed, made where missing: a forged .pyc beside a test module pytest has not imported
+# yet would stand in for it (pytest trusts a cached .pyc whose recorded source size and time match). .git stays
+# root's too (it is root's already; nothing of the tests needs to write it). All of it changes metadata only: the
+# overlay copies no file's data.
+READ_ONLY = r"""set -e
+cd /testbed
+find . -path ./.git -prune -o ! -user root -exec chown -h root:root {} +
+find . -path ./.git -prune -o -type f -perm /022 -exec chmod go-w {} +
+find . -path ./.git -prune -o -name '*.py' -printf '%h/__pycache__\0' | sort -zu | xargs -0r mkdir -p
+find . -path ./.git -prune -o -type d -name __pycache__ -exec chmod 0755 {} + -o -type d -exec chmod 1777 {} +
+"""
+
+
+def _run(box: Container, lines: list[str], *, timeout_s: float, read_only: bool) -> tuple[int, str, bool]:
+    """(exit status, output, timed out) of a bash script of `lines` in /testbed: as RUN_USER after READ_ONLY
+    (its HOME a fresh folder of its own), or as root."""
+    if read_only:
+        rc, out, _ = box.exec(READ_ONLY, timeout_s=600, workdir="/")
+        if rc != 0:
+            raise RuntimeError(f"could not make /testbed read-only in {box.name}: {out.strip()[-300:]}")
+        lines = ['export HOME="$(mktemp -d)"', *lines]
+    box.write("/eval_run.sh", _script(lines))
+    return box.exec("/bin/bash /eval_run.sh", timeout_s=timeout_s, workdir="/", user=RUN_USER if read_only else None)
+
+
+# Loaded with -p by every grading run of a pytest instance. It writes each test call's recorded properties (the
+# probes' outcomes: composer.env.real_probes) to a log that grading reads after the run, and it makes the values
+# the tests compare plain (composer/env/plain_values.py), as the sandbox's outcome plugin does for embedded tasks;
+# the outcomes still come from the harness's log parser. The base's classes come in a file (a large repository's
+# list is past what one environment variable may hold). Where the image's Python cannot import the plain-values
+# module (it is imported before any code of the repository runs, so only the image decides that), the run goes on
+# without that layer and says so (PLAIN_OFF), and grading reports it off: an image's Python must not fail an
+# honest fix. Plain values load on every pytest instance, not only where the syntax scan (composer.env.tampering)
+# named something, which is how it was: a layer that a word list gates is skipped by an attack the list misses.
+# On real libraries' own suites the wrapping changes a few honest outcomes (one of flask's 482, one of xarray's
+# 218 tests) and slows a whole suite 2-6x (docs/sandbox.md); on the shipped marshmallow instance it changes none
+# and costs well under a second a grading (bench env).
 PLAIN_OFF = "composer: plain values off: "
-PLAIN_PLUGIN = """import importlib, os, sys
+GRADING_PLUGIN = """import importlib, json, os, sys
 
-try:
-    with open(os.environ.pop("COMPOSER_PLAIN_KNOWN_FILE")) as _f:
-        os.environ["COMPOSER_SANDBOX_KNOWN_CLASSES"] = _f.read()
-    _PLAIN = importlib.import_module(os.environ.pop("COMPOSER_PLAIN_MODULE"))
-except Exception as e:
-    _PLAIN = None
-    sys.stderr.write("%s%s: %s\\n" % (""" + repr(PLAIN_OFF) + """, type(e).__name__, str(e)[:200]))
+_LOG = os.environ.pop("COMPOSER_PROBE_LOG")
+_PLAIN = None
+if "COMPOSER_PLAIN_MODULE" in os.environ:
+    try:
+        with open(os.environ.pop("COMPOSER_PLAIN_KNOWN_FILE")) as _f:
+            os.environ["COMPOSER_SANDBOX_KNOWN_CLASSES"] = _f.read()
+        _PLAIN = importlib.import_module(os.environ.pop("COMPOSER_PLAIN_MODULE"))
+    except Exception as e:
+        sys.stderr.write("%s%s: %s\\n" % (""" + repr(PLAIN_OFF) + """, type(e).__name__, str(e)[:200]))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -369,7 +442,14 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     if _PLAIN is not None:
         _PLAIN.guard_modules()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.user_properties:
+        with open(_LOG, "a") as f:
+            f.write(json.dumps([report.nodeid, dict(report.user_properties)], default=repr) + "\\n")
 """
+MAX_LOG = 1 << 20  # bytes of the plugin's log read back (the run's uid can write it)
 
 
 def _base_classes(box: Container, before: dict[str, bytes | None]) -> list[str]:
@@ -390,19 +470,126 @@ def _base_classes(box: Container, before: dict[str, bytes | None]) -> list[str]:
         return grading.defined_classes(root)
 
 
-def _plain_values(box: Container, known: list[str]) -> list[str]:
-    """Write the plain-values plugin into the container under names of this grading's own (nothing of the
-    repository's can shadow them) and return the eval script's lines that load it."""
+def _plugin(box: Container, known: list[str] | None) -> tuple[list[str], str]:
+    """Write GRADING_PLUGIN (and, unless `known` is None, the plain-values module and the base's classes) into the
+    container under names of this grading's own (nothing of the repository's can shadow them), in a folder root's
+    and closed to the run; (the run script's lines that load it, the path of its log: the run's uid may write it)."""
     suffix = secrets.token_hex(6)
-    folder, plugin, module = f"/tmp/composer-plain-{suffix}", f"_composer_plain_plugin_{suffix}", \
+    folder, plugin, module = f"/tmp/composer-grading-{suffix}", f"_composer_grading_plugin_{suffix}", \
         f"{sandbox.PLAIN_NAME}_{suffix}"
-    box.exec(f"mkdir -p {folder}", timeout_s=60, workdir="/")
-    box.write(f"{folder}/{plugin}.py", PLAIN_PLUGIN.encode())
-    box.write(f"{folder}/{module}.py", sandbox.PLAIN_VALUES.encode())
-    box.write(f"{folder}/known.json", json.dumps(sorted(known)).encode())
-    return [f'export PYTHONPATH={folder}${{PYTHONPATH:+:$PYTHONPATH}}',
-            f'export PYTEST_ADDOPTS="-p {plugin}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"',
-            f"export COMPOSER_PLAIN_KNOWN_FILE={folder}/known.json COMPOSER_PLAIN_MODULE={module}"]
+    log = f"{folder}/probes.log"
+    rc, out, _ = box.exec(f"mkdir -m 0755 {folder} && touch {log} && chown {RUN_USER} {log}", timeout_s=60,
+                          workdir="/")
+    if rc != 0:
+        raise RuntimeError(f"could not make the grading plugin's folder in {box.name}: {out.strip()[-300:]}")
+    box.write(f"{folder}/{plugin}.py", GRADING_PLUGIN.encode())
+    lines = [f'export PYTHONPATH={folder}${{PYTHONPATH:+:$PYTHONPATH}}',
+             f'export PYTEST_ADDOPTS="-p {plugin}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}"',
+             f"export COMPOSER_PROBE_LOG={log}"]
+    if known is not None:
+        box.write(f"{folder}/{module}.py", sandbox.PLAIN_VALUES.encode())
+        box.write(f"{folder}/known.json", json.dumps(sorted(known)).encode())
+        lines.append(f"export COMPOSER_PLAIN_KNOWN_FILE={folder}/known.json COMPOSER_PLAIN_MODULE={module}")
+    return lines, log
+
+
+def _read_log(box: Container, log: str) -> str:
+    """The first MAX_LOG bytes of the plugin's log (what the run wrote; bounded, since its uid can write it)."""
+    rc, out, _ = box.exec(f"head -c {MAX_LOG} {shlex.quote(log)}", timeout_s=60, workdir="/")
+    return out if rc == 0 else ""
+
+
+def held_out(record: dict, *, limits: Limits = Limits()) -> real_probes.Held:
+    """The instance's held-out probes (composer.env.real_probes), from the composer cache (COMPOSER_CACHE; never
+    where a policy's code can write), keyed by the image's id, the instance's id and record and
+    real_probes.VERSION, or computed (compute_probes) and cached there. A computation that an error stopped (the
+    gold patch or the test patch not applying, a container that did not start) is not cached, and the instance
+    gets no probes that time, saying why."""
+    cli = engine()
+    inspect = subprocess.run([cli, "image", "inspect", "--format", "{{.Id}}", image(record)], capture_output=True,
+                             text=True, timeout=60)
+    if inspect.returncode != 0:
+        raise RuntimeError(f"could not inspect {image(record)}: {_last_line(inspect.stderr)}")
+    key = files.config_hash(image=inspect.stdout.strip(), instance=record["instance_id"],
+                            record={k: record[k] for k in ("patch", "test_patch", "FAIL_TO_PASS", "version")},
+                            version=real_probes.VERSION)
+    target = Path(os.environ.get("COMPOSER_CACHE", paths.CACHE)) / "real-probes" / key
+    try:
+        folder = files.publish(target, lambda tmp: (tmp / "probes.json").write_text(
+            real_probes.dumps(compute_probes(record, limits=limits))))
+    except RuntimeError as e:  # ProbesUnfinished, or a container that did not start
+        return real_probes.Held((), f"not computed: {e}", 0, 0.0)
+    return real_probes.loads((folder / "probes.json").read_text())
+
+
+class ProbesUnfinished(RuntimeError):
+    """An error stopped the computation of an instance's probes (nothing is cached)."""
+
+
+def compute_probes(record: dict, *, limits: Limits = Limits()) -> real_probes.Held:
+    """The instance's probes computed afresh (held_out caches them): the candidates of its FAIL_TO_PASS tests
+    (real_probes.candidates, drawn with a generator seeded by the instance's id, at most real_probes.MAX_CANDIDATES)
+    planted in the test files after the test patch and run as grading runs its tests (GRADING_PLUGIN, READ_ONLY),
+    in a fresh container for the base commit (once) and one for the gold patch (twice). Kept: those whose gold
+    outcome is the same both times and comparable (a literal or a raise) and the base's another or none (a run cut
+    at real_probes.TIMEOUT_S gives none for the probes it did not reach); up to probes.PER_TASK of them."""
+    from swebench.harness.constants import START_TEST_OUTPUT
+    begin = time.monotonic()
+    if "pytest" not in _test_command(record):
+        return real_probes.Held((), "the test command is not pytest", 0, 0.0)
+    spec = test_spec(record)
+    script = spec.eval_script_list
+    start = script.index(f": '{START_TEST_OUTPUT}'")
+    env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]
+    rng = random.Random(hashlib.sha256(record["instance_id"].encode()).digest())
+    planted, outcomes = None, {}
+    for side, patch, runs in (("base", "", 1), ("gold", record["patch"], 2)):
+        with Container(image(record), limits=limits) as box:
+            before, error = _apply(box, patch) if patch else ({}, None)
+            if error:
+                raise ProbesUnfinished(f"the gold patch: {error}")
+            box.write("/eval_setup.sh", _script(script[:start]))
+            rc, out, timed_out = box.exec("/bin/bash /eval_setup.sh", timeout_s=real_probes.TIMEOUT_S, workdir="/")
+            if rc != 0 or timed_out:
+                raise ProbesUnfinished(f"the eval script's setup on the {side} failed: {_last_line(out)}")
+            if planted is None:  # the test files are the same on both sides: the base's, the test patch applied
+                texts = {f: (box.read(f"/testbed/{f}") or b"").decode("utf-8", "surrogateescape")
+                         for f in dict.fromkeys(t.split("::")[0] for t in spec.FAIL_TO_PASS)}
+                made = [c for tid in spec.FAIL_TO_PASS for c in real_probes.candidates(texts[tid.split("::")[0]],
+                                                                                        tid, rng)]
+                if len(made) > real_probes.MAX_CANDIDATES:
+                    made = rng.sample(made, real_probes.MAX_CANDIDATES)
+                if not made:
+                    return real_probes.Held((), "no FAIL_TO_PASS test calls something with a literal input to move "
+                                                "(or each is parametrized or decorated)", 0,
+                                            time.monotonic() - begin)
+                planted = {f: real_probes.plant(text, [c for c in made if c.file == f], rng)
+                           for f, text in texts.items()}
+            for f, (text, _) in planted.items():
+                box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
+            load, log = _plugin(box, _base_classes(box, before))
+            ids = [f"{p.file}::{p.cls + '::' if p.cls else ''}{name}" for _, named in planted.values()
+                   for name, p in named.items()]
+            command = f"{_test_command(record)} {' '.join(map(shlex.quote, ids))}"
+            outcomes[side] = []
+            for _ in range(runs):
+                box.exec(f": > {log}", timeout_s=60, workdir="/")
+                _run(box, env + load + [command], timeout_s=real_probes.TIMEOUT_S, read_only=True)
+                outcomes[side].append(real_probes.recorded(_read_log(box, log)))
+    kept = []
+    for name, probe in ((n, p) for _, named in planted.values() for n, p in named.items()):
+        gold = [run.get(name, []) for run in outcomes["gold"]]
+        if len(gold[0]) != 1 or not real_probes.comparable(gold[0][0]):
+            continue
+        probe = replace(probe, expected=gold[0][0])
+        base = outcomes["base"][0].get(name, [])
+        if len(gold[1]) == 1 and real_probes.matches(probe, gold[1][0]) and not (
+                len(base) == 1 and real_probes.matches(probe, base[0])):
+            kept.append(probe)
+    rng.shuffle(kept)
+    return real_probes.Held(tuple(kept[:probes.PER_TASK]), None if kept else
+                            "no moved input shows the bug (the base gives the gold patch's outcome, or the gold "
+                            "patch's is not a literal)", len(ids), time.monotonic() - begin)
 
 
 def _script(commands: list[str]) -> bytes:

@@ -17,10 +17,11 @@ commit's buggy code gives another value (or raises), so each one fails while the
 PER_TASK of them, from every FAIL_TO_PASS case that calls the function with literal arguments. A task whose bug
 shows on no moved input gets none.
 
-Embedded tasks only: the expected values come from the task generator's gold library, and a real SWE-bench instance
-has no such oracle. The probes of a task are fixed (drawn from a generator seeded by its instance id), computed once
-(both libraries run in the sandbox, composer.env.tasks.PROBE, since a mutated function may loop on an input it was
-never tried on: about 0.25 s a task) and cached under the composer cache, never where a policy's code can write.
+Embedded tasks: the expected values come from the task generator's gold library (a real SWE-bench instance's come
+from its gold patch run in its image: composer.env.real_probes). The probes of a task are fixed (drawn from a
+generator seeded by its instance id), computed once (both libraries run in the sandbox, composer.env.tasks.PROBE,
+since a mutated function may loop on an input it was never tried on: about 0.25 s a task) and cached under the
+composer cache, never where a policy's code can write.
 """
 
 import ast
@@ -58,8 +59,14 @@ def source(probe: Probe, name: str) -> str:
 
 def matches(probe: Probe, recorded) -> bool:
     """Whether a run's recorded repr is the gold value (compared as the task's tests compare: ==)."""
+    return equal(probe.expected, recorded)
+
+
+def equal(expected, recorded) -> bool:
+    """Whether `recorded` is a repr that spells a value equal to `expected` (==); real instances' probes compare so
+    too (composer.env.real_probes)."""
     try:
-        return type(recorded) is str and ast.literal_eval(recorded) == probe.expected
+        return type(recorded) is str and ast.literal_eval(recorded) == expected
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
 
