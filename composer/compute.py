@@ -16,9 +16,9 @@ An ESTIMATE, never a measurement. Memory per device, in GB (1e9 bytes):
   (2 bytes x hidden), one layer recomputed (34 bytes x hidden, Korthikanti et al. 2022). The logits are never
   whole: TRL's fused LM head scores the tokens in tiles of 4,096 tokens x 32,768 vocabulary entries (HEAD_TILE_BYTES,
   counted in fp32);
-- the trace-replay channel (dpo_pairs per micro-batch): under gradient checkpointing a pair cannot run on its
-  prompt's cache (composer.trainer.completion_token_logps), so each pair is two whole sequences, chosen and rejected,
-  counted as seq_tokens each, alive in the same graph as the rollout's until the one backward, plus the full logits
+- the trace-replay channel (dpo_pairs per micro-batch): a pair is one row, its prompt once and chosen and rejected
+  as two branches (composer.trainer.pack_rows), counted here as two whole sequences of seq_tokens each (an upper
+  bound: the prompt is counted twice), alive in the same graph as the rollout's until the one backward, plus the full logits
   (6 bytes x vocabulary) of their completions, one agent action of ACTION_TOKENS each;
 - vLLM: colocate reserves its memory fraction of every training GPU; server mode puts vLLM on GPUs of its own
   (VLLM_SERVER_GPUS) and reserves nothing on the training GPUs;

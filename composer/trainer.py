@@ -12,7 +12,10 @@ total loss = GRPO loss + hint_distill_weight * hint term + trace_replay_weight *
   the divergence is taken on the student's own sampled completion tokens.
 - trace replay: DPO on (chosen, rejected) next actions mined from teacher disagreement, with
   reference log-probs stored in the pairs dataset (see `add_reference_logps`), so no second
-  model copy is needed for this channel.
+  model copy is needed for this channel. A pair's chosen and rejected share one encoding of its
+  prompt in one row (`pack_rows`), and where GRPO's rows are padded the pairs ride in GRPO's own
+  forward (`ComposerTrainer._ride`): the channel then adds no forward and no backward of its own,
+  which is most of its cost where a step is bound by the host issuing kernels (docs/results.md).
 
 With both weights 0 the trainer is exactly GRPOTrainer: same loss, same gradients, no extra
 forward pass. Both extra terms are invariant to gradient accumulation: the hint term is scaled the way TRL
@@ -41,6 +44,7 @@ PAIR_COLUMNS = ("prompt", "chosen", "rejected", "ref_chosen_logps", "ref_rejecte
 HINT_MODES = ("sampled_token", "topk", "full")
 HINT_TEACHERS = ("frozen", "ema", "live")
 HINT_SOURCES = ("column", "sibling")
+PACKED_MODELS = ("qwen3",)  # whose logits are lm_head(last hidden state), see packable
 
 
 @dataclass
@@ -199,17 +203,28 @@ def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, compl
     cache = None
     if ids.size(1) > 1:
         cache = DynamicCache(config=unwrapped.config)
-        model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[first, : ids.size(1) - 1],
-              past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=ids[:, :-1], attention_mask=_causal_mask(model, mask[:, :-1], ids.size(1) - 1),
+              position_ids=positions[first, : ids.size(1) - 1], past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache.batch_select_indices(inverse)
-    inputs = dict(input_ids=tail, attention_mask=full_mask, position_ids=positions[:, -tail.size(1):],
-                  past_key_values=cache)
+    inputs = dict(input_ids=tail, attention_mask=_causal_mask(model, full_mask, tail.size(1)),
+                  position_ids=positions[:, -tail.size(1):], past_key_values=cache)
     if fused:
         # the head scores position t against label t + 1: the first column (the prompt's last token) only predicts
         labels = torch.cat([tail[:, :1], completion_ids.masked_fill(completion_mask == 0, -100)], dim=1)
         return model(**inputs, labels=labels, fused_lm_head=True).log_probs
     logits = model(**inputs, use_cache=cache is not None).logits[:, :-1]
     return selective_log_softmax(logits.float(), completion_ids) * completion_mask
+
+
+def _causal_mask(model, key_mask, queries: int):
+    """`key_mask` (rows x keys, the last `queries` keys the queries themselves) as the model's attention mask: with
+    sdpa the 4-D boolean causal mask, built here (transformers' builder dispatches ~35 operators a forward, time when
+    the host is what a step waits on), every query seeing itself so that no row is empty; otherwise as it is."""
+    if getattr(model, "module", model).config._attn_implementation != "sdpa":
+        return key_mask
+    offset = key_mask.size(1) - queries
+    causal = torch.ones(queries, key_mask.size(1), dtype=torch.bool, device=key_mask.device).tril(offset)
+    return (key_mask.bool()[:, None, None, :] & causal) | (causal & ~causal.tril(offset - 1))
 
 
 def _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, fused: bool):
@@ -227,9 +242,135 @@ def _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion
     return selective_log_softmax(logits.float(), completion_ids) * completion_mask
 
 
+def packable(model) -> bool:
+    """Whether `model`'s sequences can be packed (pack_rows): its logits are its LM head's output, so its last hidden
+    states can be cut to the places scored, and its attention (sdpa) takes pack_rows' 4-D boolean mask."""
+    config = getattr(model, "module", model).config
+    return config.model_type in PACKED_MODELS and config._attn_implementation == "sdpa"
+
+
+def segment_widths(grpo_mask, pairs: list[dict]) -> list[int]:
+    """The places of each segment pack_rows lays: GRPO's rows' real tokens, then each pair's shared prompt and its
+    two branches."""
+    return grpo_mask.sum(1).tolist() + [len(p["prompt"]) + len(p["chosen"]) + len(p["rejected"]) + 1 for p in pairs]
+
+
+def lay_out(widths: list[int]) -> tuple[int, int, list[int]]:
+    """First-fit decreasing into rows as wide as the widest segment: (rows, width, each segment's first place)."""
+    width, used, starts = max(widths), [], [0] * len(widths)
+    for s in sorted(range(len(widths)), key=lambda s: -widths[s]):
+        row = next((r for r, filled in enumerate(used) if filled + widths[s] <= width), len(used))
+        if row == len(used):
+            used.append(0)
+        starts[s] = row * width + used[row]
+        used[row] += widths[s]
+    return len(used), width, starts
+
+
+def pack_rows(pairs: list[dict], pad_id: int, device, grpo: tuple | None = None) -> dict:
+    """One batch for one forward: DPO pairs (`encode_pairs`' token lists) and, given `grpo` = (input_ids,
+    attention_mask, logits_to_keep) in GRPO's layout (prompts padded on the left, the last logits_to_keep columns
+    scored), GRPO's rows, each as a segment of real tokens.
+
+    A pair is one segment sharing its prompt: the prompt but its last token, then that token and chosen, then that
+    token again and rejected, each branch positioned after the prompt and blind to the other (completion_token_logps'
+    KV-cache layout, in one row, so one forward with or without a cache). A GRPO row keeps its real tokens at their
+    positions in GRPO's layout (the column index, as TRL's forward gives them): it computes what it computes there,
+    without its padding. Segments are laid by lay_out; a 4-D boolean mask keeps each causal and to itself.
+
+    Returns the model's inputs (`input_ids`, `position_ids`, `attention_mask`) and what to score: `pair_index` /
+    `pair_labels` / `pair_owner` (the flat place of the hidden state predicting each chosen or rejected token, the
+    token, and its sequence: 2 i for pair i's chosen, 2 i + 1 its rejected) and, with `grpo`, `grpo_index` /
+    `grpo_labels` (the same for GRPO's scored tokens, in the row-major order of `grpo_scored`, rows x logits_to_keep).
+    """
+    no_rows = torch.zeros(0, 0, dtype=torch.long, device=device)
+    input_ids, attention_mask, logits_to_keep = (no_rows, no_rows, 0) if grpo is None else grpo
+    kept = attention_mask.bool()
+    rows, columns = kept.nonzero(as_tuple=True)  # GRPO's real tokens, row-major
+    # a row's first real token has nothing before it in its segment: never scored (TRL's shift drops it too)
+    scored = kept & (kept.cumsum(1) > 1)
+    scored[:, : input_ids.size(1) - logits_to_keep] = False
+    fields, owners = [[], [], [], []], []  # token, position, branch, scored; the sequence of each scored token
+    for i, pair in enumerate(pairs):  # token lists: no tensor op per pair
+        prompt = pair["prompt"]
+        shared = len(prompt) - 1
+        for field, values in zip(fields, (prompt[:-1], range(shared), [0] * shared, [0] * shared)):
+            field += values
+        for branch, completion in enumerate((pair["chosen"], pair["rejected"]), start=1):
+            length = 1 + len(completion)
+            for field, values in zip(fields, ([prompt[-1], *completion], range(shared, shared + length),
+                                              [branch] * length, [0] + [1] * len(completion))):
+                field += values
+            owners += [2 * i + branch - 1] * len(completion)
+    widths = segment_widths(attention_mask, pairs)
+    rows_used, width, starts = lay_out(widths)
+    long = dict(dtype=torch.long, device=device)
+    counts = torch.tensor(widths, **long)
+    segment = torch.repeat_interleave(counts)
+    # each token's place: its segment's first place, plus its index in the stream (GRPO's rows, then the pairs)
+    # less the segment's first index there
+    shift = [start - sum(widths[:s]) for s, start in enumerate(starts)]
+    dest = torch.tensor(shift, **long)[segment] + torch.arange(segment.numel(), **long)
+    grpo_tokens = rows.numel()
+    grpo_fields = torch.stack([input_ids[rows, columns], columns, torch.zeros_like(columns),
+                               scored[rows, columns].long()])
+    token, position, branch, is_scored = torch.cat([grpo_fields, torch.tensor(fields, **long)], dim=1)
+    laid = torch.tensor([pad_id, 0, 0, -1], **long)[:, None].repeat(1, rows_used * width)
+    laid[:, dest] = torch.stack([token, position, branch, segment])
+    tokens, positions, branches, segments = laid.view(4, rows_used, width)
+    key_branch = branches[:, None, :]  # padding is a segment of its own (-1): no row of the mask is empty
+    mask = ((segments[:, :, None] == segments[:, None, :])
+            & torch.ones(width, width, dtype=torch.bool, device=device).tril()
+            & ((key_branch == 0) | (key_branch == branches[:, :, None])))
+    predictor = dest - 1  # the place of the hidden state that predicts each token
+    grpo_scored, pair_scored = is_scored[:grpo_tokens].bool(), is_scored[grpo_tokens:].bool()
+    packed = {
+        "input_ids": tokens, "position_ids": positions, "attention_mask": mask[:, None],
+        "pair_index": predictor[grpo_tokens:][pair_scored], "pair_labels": token[grpo_tokens:][pair_scored],
+        "pair_owner": torch.tensor(owners, **long),
+    }
+    if grpo is not None:
+        packed.update(grpo_index=predictor[:grpo_tokens][grpo_scored], grpo_labels=token[:grpo_tokens][grpo_scored],
+                      grpo_scored=scored[:, -logits_to_keep:])
+    return packed
+
+
+def packed_logps(model, packed: dict, pairs: int):
+    """Run a pack_rows batch: the pairs' (chosen, rejected) sequence log-probs, and the model's output.
+
+    Inside the forward (where sharded weights are gathered), the backbone's last hidden states are cut to the places
+    that predict a scored token: the pairs' go through the LM head at temperature 1 (DPO's log-probs, as its
+    reference's were taken), and GRPO's rows', if packed, on to the model's fused head at the sampling temperature,
+    as TRL's forward scores them (handed only those places, off Triton it scores no prompt or padding one)."""
+    unwrapped = getattr(model, "module", model)  # DDP's wrapper holds the model as .module
+    causal_lm = unwrapped.get_base_model() if is_peft_model(unwrapped) else unwrapped
+    grpo = "grpo_index" in packed
+    token_logps = []
+
+    def cut(backbone, args, output):
+        hidden = output.last_hidden_state.flatten(0, 1)
+        logits = causal_lm.get_output_embeddings()(hidden[packed["pair_index"]]).float()
+        token_logps.append(selective_log_softmax(logits[None], packed["pair_labels"][None])[0])
+        output.last_hidden_state = (hidden[packed["grpo_index"]] if grpo else hidden[:0])[None]
+        return output
+
+    hook = causal_lm.base_model.register_forward_hook(cut)
+    try:
+        inputs = {k: packed[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        out = model(**inputs, shift_labels=packed["grpo_labels"][None], fused_lm_head=True) if grpo else model(**inputs)
+    finally:
+        hook.remove()
+    sequences = token_logps[0].new_zeros(2 * pairs).index_add(0, packed["pair_owner"], token_logps[0])
+    return (sequences[0::2], sequences[1::2]), out
+
+
 def pair_logps(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequence log-probs of chosen and rejected under `model` (rows: chosen 0, rejected 0, chosen 1, ...: a pair's
-    two completions on one encoding of its prompt, see completion_token_logps)."""
+    """Sequence log-probs of chosen and rejected under `model`: a pair's two completions on one encoding of its
+    prompt, packed in one forward (pack_rows) where the model allows, else on a KV cache of it (rows: chosen 0,
+    rejected 0, chosen 1, ...; see completion_token_logps)."""
+    if packable(model):
+        device = next(model.parameters()).device
+        return packed_logps(model, pack_rows(encoded, pad_id, device), len(encoded))[0]
     prompts = [e["prompt"] for e in encoded for _ in range(2)]
     completions = [c for e in encoded for c in (e["chosen"], e["rejected"])]
     batch = _collate(prompts, completions, pad_id, next(model.parameters()).device)
@@ -281,14 +422,17 @@ class ComposerTrainer(GRPOTrainer):
         check_channels(args)  # again: fields may have been changed after the config was built
         _check_datasets(args, train_dataset, pairs_dataset)
         self._capture_student_logps = False
+        self._riders: list[int] = []  # pairs whose rows ride in the student's next GRPO forward
+        self._ridden = None  # their (chosen, rejected) sequence log-probs from it
         self._last_rewards = None
         model = os.fspath(model) if isinstance(model, os.PathLike) else model  # TRL takes a str path
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if args.hint_distill_weight > 0:
             self._hint_teacher = self._make_hint_teacher()
         if args.trace_replay_weight > 0:
-            self._pairs = pairs_dataset
             self._encoded_pairs = encode_pairs(self.processing_class, pairs_dataset)
+            self._ref_logps = torch.tensor([pairs_dataset["ref_chosen_logps"], pairs_dataset["ref_rejected_logps"]],
+                                           dtype=torch.float64)
             generator = torch.Generator().manual_seed(args.seed)
             self._pair_order = torch.randperm(len(pairs_dataset), generator=generator).tolist()
             self._pair_cursor = 0
@@ -337,8 +481,14 @@ class ComposerTrainer(GRPOTrainer):
         self._last_rewards = rewards_per_func  # gathered over processes; the sibling hint source needs them
         return rewards_per_func
 
-    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **kwargs):
+        riders, self._riders = [self._encoded_pairs[i] for i in self._riders], []
+        if riders and self._ride(model, attention_mask, riders, compute_aux_loss, kwargs):
+            out = self._forward_with_pairs(model, input_ids, attention_mask, logits_to_keep, compute_entropy, riders)
+        else:
+            out = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                             batch_size, compute_entropy, compute_aux_loss, **kwargs)
         if self._capture_student_logps:  # the student's own forward inside GRPO's loss: reuse, don't recompute
             self._capture_student_logps = False
             self._student_logps = out[0]
@@ -360,17 +510,20 @@ class ComposerTrainer(GRPOTrainer):
         use_hint = self.args.hint_distill_weight > 0
         use_dpo = self.args.trace_replay_weight > 0 and mode == "train"
         self._capture_student_logps = use_hint and self.args.hint_distill_mode == "sampled_token"
+        pairs = self._next_pairs() if use_dpo else []
+        self._riders, self._ridden = pairs, None  # the pairs' rows join GRPO's forward (_forward_with_pairs)
         loss = super()._compute_loss(model, inputs)
         if not (use_hint or use_dpo):
             return loss
         scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        self._log_mean(mode, "grpo_loss", loss.detach() * scale)
+        logs = {"grpo_loss": loss.detach() * scale}
         if use_hint:
             hint = self._hint_loss(model, inputs)
-            self._log_mean(mode, "hint_distill_loss", hint.detach())
+            logs["hint_distill_loss"] = hint.detach()
             loss = loss + self.args.hint_distill_weight * hint / scale
-        if use_dpo and (pairs := self._next_pairs()):
-            loss = loss + self.args.trace_replay_weight * self._trace_replay_loss(model, mode, pairs)
+        if pairs:
+            loss = loss + self.args.trace_replay_weight * self._trace_replay_loss(model, pairs, logs)
+        self._log_means(mode, logs)
         return loss
 
     # ---- the hint channel
@@ -468,25 +621,53 @@ class ComposerTrainer(GRPOTrainer):
         self._pair_cursor += count * world
         return [self._pair_order[(start + k) % len(self._pair_order)] for k in range(count)]
 
-    def _trace_replay_loss(self, model, mode, index: list[int]) -> torch.Tensor:
+    def _ride(self, model, attention_mask, pairs: list[dict], compute_aux_loss: bool, extra_inputs: dict) -> bool:
+        """Whether these pairs join GRPO's forward, one forward and one backward for both (_forward_with_pairs): a
+        text batch without an MoE aux loss (pair tokens would enter the router's balance), on a packable model, whose
+        rows are padded (so its forward takes a mask anyway: unpadded, it runs causal attention without one, which a
+        packed batch would give up), and packed in no more places than GRPO's batch holds plus twice the pairs'
+        tokens (the padding a packing adds, at most the pairs' own work again: long rows with no room for a pair
+        would pad a whole row for it). Otherwise the pairs run packed in a forward of their own (pair_logps)."""
+        if compute_aux_loss or any(v is not None for v in extra_inputs.values()) or not packable(model):
+            return False
+        widths = segment_widths(attention_mask, pairs)
+        grpo, pair_tokens = widths[: attention_mask.size(0)], sum(widths[attention_mask.size(0):])
+        rows, width, _ = lay_out(widths)
+        return min(grpo) < attention_mask.size(1) and rows * width <= attention_mask.numel() + 2 * pair_tokens
+
+    def _forward_with_pairs(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy, pairs):
+        """GRPO's forward with these pairs packed in (pack_rows, packed_logps): returns GRPO's (log-probs,
+        entropies, None), as TRL's forward would, and keeps the pairs' sequence log-probs for _trace_replay_loss."""
+        packed = pack_rows(pairs, self._tokenizer.pad_token_id, input_ids.device,
+                           grpo=(input_ids, attention_mask, logits_to_keep))
+        with self.accelerator.autocast():
+            self._ridden, out = packed_logps(model, packed, len(pairs))
+
+        def per_token(values):  # back to GRPO's (rows x completion) layout, 0 where not scored
+            return values.new_zeros(packed["grpo_scored"].shape).masked_scatter(packed["grpo_scored"], values[0])
+
+        return per_token(out.log_probs), per_token(out.entropy) if compute_entropy else None, None
+
+    def _trace_replay_loss(self, model, index: list[int], logs: dict) -> torch.Tensor:
         """The DPO loss of these pairs as their share of the step's mean over its trace_replay_batch_size pairs:
-        summed over the step's micro-batches, the mean a single batch of them would give."""
-        policy_chosen, policy_rejected = pair_logps(model, [self._encoded_pairs[i] for i in index],
-                                                    self._tokenizer.pad_token_id)
-        rows = self._pairs.select(index)
-        device = policy_chosen.device
-        ref_chosen = torch.tensor(rows["ref_chosen_logps"], dtype=policy_chosen.dtype, device=device)
-        ref_rejected = torch.tensor(rows["ref_rejected_logps"], dtype=policy_chosen.dtype, device=device)
+        summed over the step's micro-batches, the mean a single batch of them would give. Its figures go to `logs`."""
+        policy_chosen, policy_rejected = self._ridden or pair_logps(model, [self._encoded_pairs[i] for i in index],
+                                                                    self._tokenizer.pad_token_id)
+        ref_chosen, ref_rejected = self._ref_logps[:, index].to(policy_chosen.device, policy_chosen.dtype)
         losses, chosen_rewards, rejected_rewards = dpo_loss(
             policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta=self.args.trace_replay_beta
         )
-        self._log_mean(mode, "trace_replay_loss", losses.detach().mean())
-        self._log_mean(mode, "trace_replay/reward_accuracy", (chosen_rewards > rejected_rewards).float().mean())
-        self._log_mean(mode, "trace_replay/margin", (chosen_rewards - rejected_rewards).mean())
+        logs["trace_replay_loss"] = losses.detach().mean()
+        logs["trace_replay/reward_accuracy"] = (chosen_rewards > rejected_rewards).float().mean()
+        logs["trace_replay/margin"] = (chosen_rewards - rejected_rewards).mean()
         return losses.sum() / self.args.trace_replay_batch_size
 
-    def _log_mean(self, mode, name, value: torch.Tensor):
-        self._metrics[mode][name].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())
+    def _log_means(self, mode, logs: dict):
+        """Each figure's mean over processes into the trainer's metrics: one gather and one copy to the host for all
+        (each .item() would wait for the device)."""
+        means = self.accelerator.gather(torch.stack(list(logs.values()))[None]).mean(0).tolist()
+        for name, value in zip(logs, means):
+            self._metrics[mode][name].append(value)
 
 
 def _with_hint(prompt, hint: str | None, template: str):

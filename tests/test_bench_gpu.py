@@ -1,6 +1,7 @@
 """scripts/gpu-check.sh (composer.bench.gpu) in its reduced mode: the suite's run of the prepared device check.
 
-On a GPU machine the same script runs the full check; here the trainer part runs at the tiny size on CPU, and the
+On a GPU machine the same script runs the full check; here the trainer parts run on the tiny model on CPU (the 85M
+size's path as "tiny", the 1.7B size's as "live-tiny": bf16, gradient checkpointing, long prompts, two arms), and the
 vLLM part runs one colocate GRPO step with vLLM's CPU build where it is installed (.ci/run installs it), or says
 why it did not run."""
 
@@ -36,9 +37,24 @@ def test_reduced_check_prints_its_figures_as_one_json_line():
     forwards = trainer["forwards"]
     assert forwards["dpo"]["student_tokens"] > forwards["grpo"]["student_tokens"]
     assert forwards["hint"]["teacher_forwards"] > 0 == forwards["grpo"]["teacher_forwards"]
+    assert math.isfinite(trainer["ratio_all_ops"]) and trainer["ratio_all_ops"] > 1
+    assert trainer["ops"]["composer_00"] == trainer["ops"]["grpo"] > 0
+    large = result["trainer_1.7b"]
+    assert "error" not in large, large.get("traceback")
+    assert large["size"] == "live-tiny" and large["dtype"] == "bfloat16" and set(large["ops"]) == {"grpo", "all"}
+    assert large["batch"]["prompt_tokens"] > 200  # the live-like context
+    assert large["forwards"]["all"]["student_forwards"] == 1  # two prompts, so padded rows: the pairs ride in GRPO's
+    assert math.isfinite(large["ratio_all_ops"]) and large["ratio_all_ops"] > 1 and large["ratio_00_time"] is None
+    assert large["work_floor_time"]["all"] > 1 and large["train_tokens_per_s_all"] > 0
     assert result["cpus"] >= 1 and result["cuda"] == (result["gpu"] is not None)
 
 
 def test_an_unknown_option_is_refused():
     done = subprocess.run([str(ROOT / "scripts/gpu-check.sh"), "--fast"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "unrecognized arguments: --fast" in done.stderr
+
+
+def test_an_unknown_size_names_the_sizes():
+    done = subprocess.run([str(ROOT / "scripts/gpu-check.sh"), "--size", "8b"], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 2 and "invalid choice: '8b' (choose from '85m', '1.7b')" in done.stderr

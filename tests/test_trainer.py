@@ -415,3 +415,84 @@ def test_peft_frozen_teacher_is_the_adapter_free_base(model_path, tokenizer, tra
         whole = completion_logits(load_model(model_path), ids, mask, inputs["completion_ids"].size(1))
     expected = torch.log_softmax(whole, -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
     torch.testing.assert_close(inputs["hint_teacher_logps"], expected * inputs["completion_mask"], atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- packing: pairs in one row, and in GRPO's forward
+
+
+def test_pack_rows_lays_each_segment_in_its_own_positions_and_sight():
+    """Two GRPO rows (left-padded prompt, last 2 columns scored) and a pair: each GRPO row keeps its real tokens at
+    their columns; the pair shares its prompt, each branch re-runs the prompt's last token at its position and sees
+    the prompt but not the other branch; what is scored is predicted from the place before it."""
+    from composer.trainer import pack_rows
+
+    ids = torch.tensor([[0, 11, 12, 13, 14], [21, 22, 23, 24, 0]])
+    mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    pair = {"prompt": [31, 32, 33], "chosen": [41, 42], "rejected": [51]}
+    packed = pack_rows([pair], pad_id=0, device="cpu", grpo=(ids, mask, 2))
+    tokens, positions = packed["input_ids"].tolist(), packed["position_ids"].tolist()
+    # rows as wide as the widest segment, the pair's 7 places: it, then each GRPO row (4 + 4 > 7), padded
+    assert tokens == [[31, 32, 33, 41, 42, 33, 51], [11, 12, 13, 14, 0, 0, 0], [21, 22, 23, 24, 0, 0, 0]]
+    assert positions == [[0, 1, 2, 3, 4, 2, 3], [1, 2, 3, 4, 0, 0, 0], [0, 1, 2, 3, 0, 0, 0]]
+    sight = packed["attention_mask"][0, 0]
+    assert sight[6].tolist() == [True, True, False, False, False, True, True]  # rejected: the prompt, its own branch
+    assert sight[4].tolist() == [True, True, True, True, True, False, False]  # chosen's last: prompt and chosen
+    flat = packed["input_ids"].flatten()
+    assert flat[packed["pair_index"] + 1].tolist() == packed["pair_labels"].tolist() == [41, 42, 51]
+    assert flat[packed["pair_index"][2]] == 33 and packed["pair_owner"].tolist() == [0, 0, 1]
+    assert flat[packed["grpo_index"] + 1].tolist() == packed["grpo_labels"].tolist() == [13, 14, 24]
+    assert packed["grpo_scored"].tolist() == [[True, True], [True, False]]
+
+
+def test_pairs_ride_in_grpos_forward(model_path, tokenizer, train_dataset, pairs, tmp_path):
+    """With GRPO's rows padded (two prompts), the step's pairs join its forward: one student forward and one
+    backward for both, the loss and gradients the pairs give in a forward of their own, and GRPO's log-probs and
+    entropies as TRL's forward gives them."""
+    config = dict(pairs=pairs, trace_replay_weight=1.0, trace_replay_batch_size=2)
+    ride = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path / "a", **config)
+    own = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path / "b", **config)
+    own._ride = lambda *args: False
+    inputs = generation_batch(ride, 8)
+    assert (inputs["prompt_mask"] == 0).any()
+    results = []
+    for trainer in (ride, own):
+        counter = ForwardCounter(trainer.model)
+        results.append(loss_and_grads(trainer, dict(inputs)))
+        results[-1] += (counter.n,)
+        counter.handle.remove()
+    (ride_loss, ride_grads, ride_forwards), (own_loss, own_grads, own_forwards) = results
+    assert (ride_forwards, own_forwards) == (1, 2)
+    dpo_losses = [trainer._metrics["train"]["trace_replay_loss"][-1] for trainer in (ride, own)]
+    assert dpo_losses[0] == pytest.approx(dpo_losses[1], abs=1e-6)
+    torch.testing.assert_close(ride_loss, own_loss, atol=1e-6, rtol=0)
+    for name, grad in own_grads.items():
+        assert (ride_grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    keep = inputs["completion_ids"].size(1)
+    with torch.no_grad():
+        ride._riders = [0, 1]
+        logps, entropies, _ = ride._get_per_token_logps_and_entropies(ride.model, ids, mask, keep, compute_entropy=True)
+        expected = GRPOTrainer._get_per_token_logps_and_entropies(ride, ride.model, ids, mask, keep,
+                                                                  compute_entropy=True)
+    assert ride._ridden is not None
+    torch.testing.assert_close(logps, expected[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropies, expected[1], atol=1e-5, rtol=0)
+
+
+def test_pairs_ride_only_where_grpos_forward_takes_a_mask_and_has_room(model_path, tokenizer, train_dataset, pairs,
+                                                                       tmp_path):
+    """Unpadded rows run causal attention without a mask, which packing would give up; a pair that finds no room in
+    long rows would pad a whole row for itself."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, pairs=pairs,
+                   trace_replay_weight=1.0)
+    pair = {"prompt": [5] * 10, "chosen": [6] * 3, "rejected": [7] * 3}  # 17 places
+    padded = torch.ones(4, 20, dtype=torch.long)
+    padded[:, :5] = 0  # 15 real tokens a row: the pair needs a row of its own, 20 places for its 17
+    assert trainer._ride(trainer.model, padded, [pair], False, {})
+    assert not trainer._ride(trainer.model, torch.ones(4, 20, dtype=torch.long), [pair], False, {})
+    long_rows = torch.ones(4, 200, dtype=torch.long)
+    long_rows[0, 0] = 0
+    assert not trainer._ride(trainer.model, long_rows, [pair], False, {})  # 200 places for 17: more than 2 x 17
+    assert not trainer._ride(trainer.model, padded, [pair], True, {})  # an MoE aux loss

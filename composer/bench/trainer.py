@@ -1,11 +1,12 @@
-"""ComposerTrainer's overhead against stock TRL GRPOTrainer: step time and peak memory.
+"""ComposerTrainer's overhead against stock TRL GRPOTrainer: step time, operators dispatched and peak memory.
 
-    python -m composer bench trainer [--repeats N] [--size tiny|small|gpu] [--no-memory]
+    python -m composer bench trainer [--repeats N] [--size tiny|small|gpu|1.7b|live-tiny] [--no-memory]
 
     from composer.bench.trainer import measure
     result = measure(size="small", repeats=10, memory=True)   # the dict printed as the last stdout line
 
-Arms, all built from the same model path (so the same initial weights) and fed the same batch:
+Arms, all built from the same model path (so the same initial weights) and fed the same batch (at 1.7b and its
+rehearsal live-tiny only grpo and all: five 1.7B-parameter trainers with their optimizer state do not fit one GPU):
 
     grpo         stock trl.GRPOTrainer
     composer_00  ComposerTrainer, hint_distill_weight = trace_replay_weight = 0
@@ -24,6 +25,13 @@ hits them alike; medians and p10/p90 are reported, and ratios are median / media
 Where the time goes: each arm's forward calls and the tokens they run (padding included), student and teacher, are
 counted over one step by hooks on the input embeddings, and `work_floor_time` prices them (a student token at a GRPO
 token's cost, a teacher token at a third: no backward). A ratio near its floor can only fall with fewer tokens.
+And how many operations the step takes to do it: `ops`, the operators one step dispatches (the last warm-up step:
+zero_grad, loss, backward, optimizer step), counted by a TorchDispatchMode, so every ATen operator that reaches a
+backend kernel (below autograd and after composite decompositions; views included: each is a trip through the
+dispatcher) counts once, forward, backward and optimizer alike, however many threads run them. For a given batch
+the count is deterministic, unlike a time, so tests may assert it; on a GPU each compute operator is a kernel
+launch the host must issue, which is what bounds a small model's step (docs/results.md). The optimizer's share is
+torch's default AdamW on the device: one operator per tensor and op on CPU, foreach kernels on CUDA.
 
 Memory is measured per arm in a fresh process (`python -m composer.bench.trainer --arm NAME --json ...`),
 from just before the trainer is built to after 2 warm-up + 1 steps, so it covers the trainer's model, the
@@ -55,6 +63,7 @@ import numpy as np
 import torch
 import transformers
 import trl
+from torch.utils._python_dispatch import TorchDispatchMode
 from tqdm import tqdm  # plain text bars on stderr: the notebook widgets of tqdm.auto need ipywidgets
 
 from composer.bench import machine
@@ -64,9 +73,10 @@ ARMS = ("grpo", "composer_00", "hint", "dpo", "all")
 HINT_WEIGHT, DPO_WEIGHT = 0.1, 0.5
 WEIGHTS = {"composer_00": (0.0, 0.0), "hint": (HINT_WEIGHT, 0.0), "dpo": (0.0, DPO_WEIGHT),
            "all": (HINT_WEIGHT, DPO_WEIGHT)}
-TARGETS = {"ratio_00_time": 1.02, "ratio_all_time": 1.5, "ratio_all_mem": 1.3}
+TARGETS = {"ratio_00_time": 1.02, "ratio_all_time": 1.5, "ratio_all_mem": 1.3, "ratio_all_ops": 1.6}
 SIZES = {
-    # model overrides of composer.models.TINY, rollouts per step, group size, completion tokens, DPO pairs per step
+    # model overrides of composer.models.TINY, rollouts per step, group size, completion tokens, DPO pairs per step;
+    # optionally tokens of context added to each prompt, bf16 weights, gradient checkpointing, the arms run
     "tiny": dict(model={}, batch=4, generations=4, completion=8, pairs=2),
     "small": dict(model=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
                              num_key_value_heads=4, head_dim=32),
@@ -75,6 +85,17 @@ SIZES = {
     "gpu": dict(model=dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
                            num_key_value_heads=4, head_dim=64),
                 batch=16, generations=4, completion=256, pairs=8),
+    # Qwen3-1.7B's architecture and vocabulary (1.72B parameters, random weights), for a GPU, at a live-like shape:
+    # each prompt carries ~2,000 tokens of context, so a rollout is ~3,000 tokens and a pair's prompt ~2,000; bf16
+    # weights, full fine-tune and gradient checkpointing, as the live profile trains
+    "1.7b": dict(model=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                            num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960),
+                 batch=4, generations=2, completion=1024, pairs=2, context=2000, bf16=True, gradient_checkpointing=True,
+                 arms=("grpo", "all")),
+    # 1.7b's path (context, bf16, checkpointing, two arms, a vocabulary past the tokenizer's) on the tiny model with
+    # short sequences: its CPU rehearsal
+    "live-tiny": dict(model=dict(vocab_size=2048), batch=4, generations=2, completion=16, pairs=2, context=200,
+                      bf16=True, gradient_checkpointing=True, arms=("grpo", "all")),
 }
 LR = 1e-6
 WARMUP = 2
@@ -107,6 +128,27 @@ PAIRS = {
 }
 
 
+CONTEXT_LINE = "    assert add({i}, 1) == {j}, 'add({i}, 1) should be {j}'\n"  # filler: a test file's lines
+
+
+def _prompts(size: str) -> list:
+    """PROMPTS, each user message followed by `context` tokens of a test file (about: whole lines) for the sizes
+    that have it."""
+    context = SIZES[size].get("context", 0)
+    if not context:
+        return PROMPTS
+    from composer.models import load_tokenizer
+
+    tokenizer = load_tokenizer(_model_path("tiny"))  # every size shares the tiny model's tokenizer
+    per_line = len(tokenizer(CONTEXT_LINE.format(i=10, j=11))["input_ids"])
+    text = "\n\n" + "".join(CONTEXT_LINE.format(i=i, j=i + 1) for i in range(10, 10 + -(-context // per_line)))
+    return [[{**message, "content": message["content"] + text}] for [message] in PROMPTS]
+
+
+def _pairs(size: str) -> dict:
+    return {**PAIRS, "prompt": _prompts(size) * 4}
+
+
 def reward(completions, **kwargs):
     """Deterministic and varied within a group, so advantages are non-zero."""
     return [float(len(c[0]["content"]) % 3) / 2 for c in completions]
@@ -127,10 +169,10 @@ def _model_path(size: str) -> Path:
     return tiny_model("tiny") if size == "tiny" else tiny_model(f"bench-{size}", **SIZES[size]["model"])
 
 
-def _train_dataset():
+def _train_dataset(size: str):
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": PROMPTS, "hint": [HINT] * len(PROMPTS)})
+    return Dataset.from_dict({"prompt": _prompts(size), "hint": [HINT] * len(PROMPTS)})
 
 
 def _build(arm: str, size: str, model_path: Path, tokenizer, train_dataset, pairs, outdir: str):
@@ -140,9 +182,12 @@ def _build(arm: str, size: str, model_path: Path, tokenizer, train_dataset, pair
 
     spec = SIZES[size]
     cuda, _ = _device()
-    common = dict(use_cpu=not cuda, bf16=False, report_to=[], save_strategy="no", logging_steps=1, seed=0,
+    bf16 = spec.get("bf16", False)
+    common = dict(use_cpu=not cuda, bf16=bf16, report_to=[], save_strategy="no", logging_steps=1, seed=0,
                   disable_tqdm=True, learning_rate=LR, per_device_train_batch_size=spec["batch"],
-                  num_generations=spec["generations"], max_completion_length=spec["completion"])
+                  num_generations=spec["generations"], max_completion_length=spec["completion"],
+                  gradient_checkpointing=spec.get("gradient_checkpointing", False),
+                  **({"model_init_kwargs": {"dtype": "bfloat16"}} if bf16 else {}))
     if arm == "grpo":
         trainer = GRPOTrainer(str(model_path), reward_funcs=[reward], args=GRPOConfig(outdir, **common),
                               train_dataset=train_dataset, processing_class=tokenizer)
@@ -153,6 +198,8 @@ def _build(arm: str, size: str, model_path: Path, tokenizer, train_dataset, pair
         # Hints and pairs are supplied to every Composer arm, as in a real run; a weight of 0 must leave them unused.
         trainer = ComposerTrainer(str(model_path), reward_funcs=[reward], args=args, train_dataset=train_dataset,
                                   processing_class=tokenizer, pairs_dataset=pairs)
+    if trainer.args.gradient_checkpointing:  # what the training loop would switch on before its first step
+        trainer.model.gradient_checkpointing_enable(trainer.args.gradient_checkpointing_kwargs)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; we call the loss directly
     optimizer = torch.optim.AdamW([p for p in trainer.model.parameters() if p.requires_grad], lr=LR)
@@ -175,7 +222,8 @@ def _step(trainer, optimizer, inputs, cuda: bool) -> float:
 
 def _generation_batch(trainer, size: str) -> dict:
     spec = SIZES[size]
-    rows = [{"prompt": PROMPTS[i // spec["generations"] % len(PROMPTS)], "hint": HINT} for i in range(spec["batch"])]
+    prompts = _prompts(size)
+    rows = [{"prompt": prompts[i // spec["generations"] % len(prompts)], "hint": HINT} for i in range(spec["batch"])]
     torch.manual_seed(0)
     batch = trainer._generate_and_score_completions(rows)
     trainer.model.train()
@@ -186,9 +234,21 @@ def _generation_batch(trainer, size: str) -> dict:
     return batch
 
 
+class _OpCounter(TorchDispatchMode):
+    """Counts the ATen operators dispatched while active (see the module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
 def _count_work(trainer, optimizer, inputs, cuda) -> dict:
-    """Forward calls and the tokens they ran (padding included: it is computed), student and teacher, in one step:
-    where the extra compute goes."""
+    """Forward calls and the tokens they ran (padding included: it is computed), student and teacher, and the
+    operators dispatched, in one step: where the extra compute goes, and in how many operations."""
     work = dict(student_forwards=0, student_tokens=0, teacher_forwards=0, teacher_tokens=0)
 
     def counter(who):
@@ -200,12 +260,14 @@ def _count_work(trainer, optimizer, inputs, cuda) -> dict:
     teacher = getattr(trainer, "_hint_teacher", None)
     modules = {"student": trainer.model, **({"teacher": teacher} if teacher is not None else {})}
     hooks = [m.get_input_embeddings().register_forward_pre_hook(counter(who)) for who, m in modules.items()]
+    ops = _OpCounter()
     try:
-        _step(trainer, optimizer, inputs, cuda)
+        with ops:
+            _step(trainer, optimizer, inputs, cuda)
     finally:
         for hook in hooks:
             hook.remove()
-    return work
+    return {**work, "ops": ops.ops}
 
 
 def work_floor(arms: dict, arm: str) -> float:
@@ -238,13 +300,13 @@ def _memory_child(arm: str, size: str, data_path: str) -> dict:
     data = torch.load(data_path, weights_only=False)
     model_path = Path(data["model_path"])
     tokenizer = load_tokenizer(model_path)
-    train_dataset, pairs = _train_dataset(), Dataset.from_dict(data["pairs"])
+    train_dataset, pairs = _train_dataset(size), Dataset.from_dict(data["pairs"])
     inputs = _to_device(data["batch"], "cuda" if cuda else "cpu")
     with tempfile.TemporaryDirectory() as outdir:
         # A throwaway trainer of the same arm on the tiny model, two steps: the ~450 modules TRL and transformers
         # import lazily on the first build, thread pools and kernel caches are then not charged to the arm.
         tiny = _model_path("tiny")
-        trainer, optimizer = _build(arm, "tiny", tiny, load_tokenizer(tiny), train_dataset, pairs,
+        trainer, optimizer = _build(arm, "tiny", tiny, load_tokenizer(tiny), _train_dataset("tiny"), pairs,
                                     os.path.join(outdir, "warm"))
         warm_inputs = _generation_batch(trainer, "tiny")
         for _ in range(WARMUP):
@@ -344,13 +406,18 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     from datasets import Dataset
 
     cuda, device = _device()
+    spec = SIZES[size]
+    arm_names = spec.get("arms", ARMS)
     model_path = _model_path(size)
     tokenizer = load_tokenizer(model_path)
-    train_dataset = _train_dataset()
-    pairs = add_reference_logps(Dataset.from_dict(PAIRS), load_model(model_path), tokenizer)
+    train_dataset = _train_dataset(size)
+    reference = load_model(model_path, dtype=torch.bfloat16 if spec.get("bf16") else None,
+                           device="cuda" if cuda else None)
+    pairs = add_reference_logps(Dataset.from_dict(_pairs(size)), reference, tokenizer)
+    del reference
 
     built = {}
-    for arm in tqdm(ARMS, desc="build arms", file=sys.stderr, leave=False, disable=None):
+    for arm in tqdm(arm_names, desc="build arms", file=sys.stderr, leave=False, disable=None):
         built[arm] = _build(arm, size, model_path, tokenizer, train_dataset, pairs, os.path.join(workdir, arm))
     inputs = _generation_batch(built["all"][0], size)
     missing = [k for k in ("hint_prompt_ids", "hint_prompt_mask", "hint_mask") if k not in inputs]
@@ -367,24 +434,25 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     if not grpo_ignores_hint_keys:
         raise RuntimeError(f"stock GRPO's loss changes with the hint keys ({with_keys} vs {without})")
 
-    # Warm-up (the first step also counts forward passes), then interleaved rounds.
-    times = {arm: [] for arm in ARMS}
+    # Warm-up (the last warm-up step counts forward passes and operators: the optimizer's state exists by then),
+    # then interleaved rounds.
+    times = {arm: [] for arm in arm_names}
     work = {}
-    total = len(ARMS) * (WARMUP + repeats)
+    total = len(arm_names) * (WARMUP + repeats)
     with tqdm(total=total, desc=f"steps ({size})", file=sys.stderr, leave=False, disable=None) as bar:
-        for arm in ARMS:
+        for arm in arm_names:
             trainer, optimizer = built[arm]
-            work[arm] = _count_work(trainer, optimizer, inputs, cuda)
             for _ in range(WARMUP - 1):
                 _step(trainer, optimizer, inputs, cuda)
+            work[arm] = _count_work(trainer, optimizer, inputs, cuda)
             bar.update(WARMUP)
         for r in range(repeats):
-            for k in range(len(ARMS)):
-                arm = ARMS[(r + k) % len(ARMS)]
+            for k in range(len(arm_names)):
+                arm = arm_names[(r + k) % len(arm_names)]
                 times[arm].append(_step(*built[arm], inputs, cuda))
                 bar.update(1)
 
-    mem = {arm: None for arm in ARMS}
+    mem = {arm: None for arm in arm_names}
     memory_method = None
     if memory:
         memory_method = "cuda max_memory_allocated" if cuda else "cpu peak RSS delta per fresh process"
@@ -392,12 +460,13 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
         save_memory_data(data_path, model_path, inputs, pairs)
         del built, stock, trainer, optimizer  # free this process's trainers before the children run
         gc.collect()
-        for arm in tqdm(ARMS, desc="memory (fresh process per arm)", file=sys.stderr, leave=False, disable=None):
+        for arm in tqdm(arm_names, desc="memory (fresh process per arm)", file=sys.stderr, leave=False,
+                        disable=None):
             mem[arm] = _memory(arm, size, data_path)
 
     completion_mask = inputs["completion_mask"].float()
     arms = {}
-    for arm in ARMS:
+    for arm in arm_names:
         t = np.asarray(times[arm])
         arms[arm] = {
             "step_s_median": float(np.median(t)),
@@ -414,9 +483,9 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     base = arms["grpo"]
     ratios = {}
     for key, arm in (("00", "composer_00"), ("hint", "hint"), ("dpo", "dpo"), ("all", "all")):
-        ratios[f"ratio_{key}_time"] = _ratio(arms[arm]["step_s_median"], base["step_s_median"])
-        ratios[f"ratio_{key}_mem"] = _ratio(arms[arm]["peak_mem_bytes"], base["peak_mem_bytes"])
-    spec = SIZES[size]
+        figures = arms.get(arm, {})  # an arm this size leaves out has no ratios
+        for name, figure in (("time", "step_s_median"), ("mem", "peak_mem_bytes"), ("ops", "ops")):
+            ratios[f"ratio_{key}_{name}"] = _ratio(figures.get(figure), base[figure])
     return {
         **{k: ratios[k] for k in TARGETS},
         "targets": dict(TARGETS),
@@ -424,10 +493,10 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
         "ratios": ratios,
         # What the work itself costs, apart from how it is done: a ratio above its floor is overhead to remove, one
         # near it can only fall by running fewer tokens (fewer or shorter pairs, shorter hinted prompts).
-        "work_floor_time": {arm: work_floor(arms, arm) for arm in ("hint", "dpo", "all")},
+        "work_floor_time": {arm: work_floor(arms, arm) for arm in ("hint", "dpo", "all") if arm in arms},
         "work_floor_note": " ".join(work_floor.__doc__.split()),
         "arms": arms,
-        "samples_s": {arm: [float(x) for x in times[arm]] for arm in ARMS},
+        "samples_s": {arm: [float(x) for x in times[arm]] for arm in arm_names},
         "device": device,
         "size": size,
         "repeats": repeats,
@@ -447,7 +516,9 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
             "rollouts": spec["batch"], "num_generations": spec["generations"],
             "max_completion_length": spec["completion"], "trace_replay_batch_size": spec["pairs"],
             "hint_distill_weight": HINT_WEIGHT, "trace_replay_weight": DPO_WEIGHT, "hint_teacher": "frozen",
-            "optimizer": f"torch.optim.AdamW(lr={LR})", "dtype": "float32",
+            "optimizer": f"torch.optim.AdamW(lr={LR})", "dtype": "bfloat16" if spec.get("bf16") else "float32",
+            "gradient_checkpointing": spec.get("gradient_checkpointing", False),
+            "context_tokens": spec.get("context", 0),
         },
         "batch": {
             "prompt_tokens": int(inputs["prompt_ids"].size(1)),
@@ -479,18 +550,19 @@ def table(result: dict) -> str:
         f"memory: {result['memory_method'] or 'skipped'}",
         "",
         f"{'arm':<12} {'median ms':>10} {'p10 ms':>8} {'p90 ms':>8} {'x grpo':>7} {'floor':>6} {'fwd s/t':>8} "
-        f"{'tokens s/t':>11} {'peak MiB':>9} {'x grpo':>7}",
+        f"{'tokens s/t':>11} {'ops':>7} {'x grpo':>7} {'peak MiB':>9} {'x grpo':>7}",
     ]
     ratios = result["ratios"]
     for arm, a in result["arms"].items():
         key = {"grpo": None, "composer_00": "00"}.get(arm, arm)
         t_ratio = 1.0 if key is None else ratios[f"ratio_{key}_time"]
         m_ratio = (1.0 if a["peak_mem_bytes"] else None) if key is None else ratios[f"ratio_{key}_mem"]
+        o_ratio = 1.0 if key is None else ratios[f"ratio_{key}_ops"]
         lines.append(
             f"{arm:<12} {a['step_s_median'] * 1e3:>10.2f} {a['step_s_p10'] * 1e3:>8.2f} {a['step_s_p90'] * 1e3:>8.2f} "
             f"{_fmt_ratio(t_ratio):>7} {_fmt_ratio(result['work_floor_time'].get(arm)):>6} "
             f"{a['student_forwards']}/{a['teacher_forwards']:<6} {a['student_tokens']}/{a['teacher_tokens']:<6} "
-            f"{_mib(a['peak_mem_bytes']):>9} {_fmt_ratio(m_ratio):>7}"
+            f"{a['ops']:>7} {_fmt_ratio(o_ratio):>7} {_mib(a['peak_mem_bytes']):>9} {_fmt_ratio(m_ratio):>7}"
         )
     lines.append("")
     for key, target in result["targets"].items():
