@@ -305,7 +305,8 @@ def test_a_training_runs_under_a_two_process_launcher(tmp_path):
 def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monkeypatch):
     """TRL's GRPOConfig turns gradient checkpointing on, and a checkpointed model keeps no cache, so
     trainer.completion_token_logps would encode each pair's ~3,500-token prompt once per row (chosen, rejected) and
-    recompute it in the backward. The report profile's trainer_config turns it off for 004's train jobs."""
+    recompute it in the backward. 004's train jobs run the pairs packed (trainer.packed_logps: a pair's prompt once,
+    chosen and rejected as two branches of one row), never as whole rows."""
     from composer import run, trainer
 
     report = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo", profile="report")[0]
@@ -313,7 +314,7 @@ def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monke
         _parameters(pairs_dir=str(tmp_path / "none"), seeds=1, trainer_config=report["trainer_config"]), tmp_path)
     (job,) = [j for j in arms.jobs(plan) if j["kind"] == "train" and j["arm"] == "B"]
     calls = {"shared": 0, "whole rows": 0}
-    for name, key in (("completion_token_logps", "shared"), ("_whole_rows_logps", "whole rows")):
+    for name, key in (("packed_logps", "shared"), ("_whole_rows_logps", "whole rows")):
         def counted(*args, _f=getattr(trainer, name), _key=key, **kwargs):
             calls[_key] += 1
             return _f(*args, **kwargs)
