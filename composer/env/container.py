@@ -305,15 +305,14 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     probes (held_out) are planted in the test files after the test patch, and the tests run with plain values
     (GRADING_PLUGIN), as a uid that cannot change the repository's files (READ_ONLY). A canary with the wrong
     outcome or a probe without the gold patch's outcome means not resolved."""
-    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+    from swebench.harness.constants import END_TEST_OUTPUT
     spec = test_spec(record)
     patch = prediction["model_patch"] or ""
     report = {"patch_is_None": prediction["model_patch"] is None, "patch_exists": bool(patch),
               "patch_successfully_applied": False, "resolved": False, "error": None,
               "tampering": {"flagged": [], "review": [], "forged": []}}
     script = spec.eval_script_list
-    start, end = script.index(f": '{START_TEST_OUTPUT}'"), script.index(f": '{END_TEST_OUTPUT}'")
-    env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]  # activate, cd, variables
+    env, start, end = _eval_parts(script)
     test_ids = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
     pytest = "pytest" in _test_command(record)
     held = held_out(record, limits=limits) if pytest and layers.probes else None
@@ -533,14 +532,12 @@ def compute_probes(record: dict, *, limits: Limits = Limits()) -> real_probes.He
     in a fresh container for the base commit (once) and one for the gold patch (twice). Kept: those whose gold
     outcome is the same both times and comparable (a literal or a raise) and the base's another or none (a run cut
     at real_probes.TIMEOUT_S gives none for the probes it did not reach); up to probes.PER_TASK of them."""
-    from swebench.harness.constants import START_TEST_OUTPUT
     begin = time.monotonic()
     if "pytest" not in _test_command(record):
         return real_probes.Held((), "the test command is not pytest", 0, 0.0)
     spec = test_spec(record)
     script = spec.eval_script_list
-    start = script.index(f": '{START_TEST_OUTPUT}'")
-    env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]
+    env, start, _ = _eval_parts(script)
     rng = random.Random(hashlib.sha256(record["instance_id"].encode()).digest())
     planted, outcomes = None, {}
     for side, patch, runs in (("base", "", 1), ("gold", record["patch"], 2)):
@@ -590,6 +587,14 @@ def compute_probes(record: dict, *, limits: Limits = Limits()) -> real_probes.He
     return real_probes.Held(tuple(kept[:probes.PER_TASK]), None if kept else
                             "no moved input shows the bug (the base gives the gold patch's outcome, or the gold "
                             "patch's is not a literal)", len(ids), time.monotonic() - begin)
+
+
+def _eval_parts(script: list[str]) -> tuple[list[str], int, int]:
+    """Of the harness's eval script (its lines): the lines that set up the shell (activate, cd, variables), and the
+    indices of its start-of-tests and end-of-tests markers."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+    env = script[:next(i for i, c in enumerate(script) if c.startswith("git config"))]
+    return env, script.index(f": '{START_TEST_OUTPUT}'"), script.index(f": '{END_TEST_OUTPUT}'")
 
 
 def _script(commands: list[str]) -> bytes:
