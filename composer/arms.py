@@ -54,13 +54,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from tqdm import tqdm
 from trl import GRPOConfig
 
 from composer import tether
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
 from composer.policies import ENGINES
+from composer.progress import bar as progress_bar
 from composer.trainer import ComposerConfig, check_channels
 
 BASELINE = "baseline"
@@ -390,7 +390,7 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
     todo = [j for j in jobs(plan) if j["kind"] == "train" or not train_only]
     done = {j["key"]: read(jobs_dir / j["key"]) for j in todo if (jobs_dir / j["key"] / "result.json").is_file()}
     pending = [j for j in todo if j["key"] not in done]
-    bar = tqdm(total=len(todo), initial=len(done), desc="004 jobs", unit="job", disable=not progress)
+    bar = progress_bar(total=len(todo), initial=len(done), desc="004 jobs", unit="job", disable=not progress)
     threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
                   // max(workers, 1)) if workers else None
 

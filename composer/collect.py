@@ -68,9 +68,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from transformers import TrainerCallback
+
 from composer import traces
 from composer.env.environment import CodingEnv, EnvConfig, TRLCodingEnv, env_reward
 from composer.files import write_atomic
+from composer.progress import bar
 
 SOURCE = "trl"
 TRUNCATION_KINDS = ("completion_cut", "tool_result_rolled_back", "tool_loop_limit", "env_step_limit")
@@ -580,6 +583,23 @@ def split_rollouts(rollouts: int, processes: int, micro_batch: int | None = None
     return micro, share // micro
 
 
+class StepBar(TrainerCallback):
+    """A progress bar (composer.progress) of a trainer's optimizer steps, on its main process. transformers' own
+    (disable_tqdm=False) draws through tqdm.auto, which under `python -m composer run` writes into the report."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.steps_done = bar(total=state.max_steps, desc="GRPO steps", unit="step")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:  # global_step: a resumed run starts past 0
+            self.steps_done.update(state.global_step - self.steps_done.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.steps_done.close()
+
+
 def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1, prompts_per_step: int = 2,
                   generations: int = 2, max_completion_length: int = 512, max_tool_calling_iterations: int = 10,
                   env_config: EnvConfig | None = None, call_timeout_s: float | None = 60.0,
@@ -597,9 +617,10 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     turn_cache=False leaves TRL's own generation (the baseline of `python -m composer bench turns`). Its tool loop
     runs each turn's episodes' tool calls at once (composer.episodes, up to tool_workers threads, default
     episodes.WORKERS) with the serial loop's results; concurrent_tools=False leaves TRL's serial loop (the baseline
-    of `python -m composer bench episodes`). Every step's phase times go to run_dir/phases.jsonl and the trainer's
-    log (composer.phases); `report_to` is TRL's (e.g. ["tensorboard"]: event files in run_dir/tensorboard, beside
-    the run's outputs rather than in the trainer's folder, which 004's jobs delete)."""
+    of `python -m composer bench episodes`). A progress bar counts its steps (StepBar). Every step's phase times go
+    to run_dir/phases.jsonl and the trainer's log (composer.phases); `report_to` is TRL's (e.g. ["tensorboard"]:
+    event files in run_dir/tensorboard, beside the run's outputs rather than in the trainer's folder, which 004's
+    jobs delete)."""
     from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -649,6 +670,7 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
                                                                     faults=faults) if recording_env
                           else functools.partial(TRLCodingEnv, env_config), **extra)
     trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(StepBar())
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, TensorBoardCallback):
             callback.logging_dir = str(Path(run_dir) / "tensorboard")

@@ -109,9 +109,9 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     the end; a progress bar counts steps. Errors are records (error_kind) and are not stored: a rerun asks again."""
     import httpx
     import openai
-    from tqdm.auto import tqdm
 
     from composer.lock import run_lock
+    from composer.progress import bar as progress_bar
     from composer.replay import STORE_FILE
     from composer.teachers import PLACEHOLDER_KEY, Store, classify, redact
 
@@ -131,7 +131,7 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
         out_path.write_text("", encoding="utf-8")
         todo = {tid: range(len(s)) if (steps or {}).get(tid) is None else [t for t in steps[tid] if t < len(s)]
                 for tid, s in by_trace.items()}
-        bar = tqdm(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
+        bar = progress_bar(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
 
         sending: dict[str, asyncio.Task] = {}
 

@@ -71,6 +71,7 @@ from pathlib import Path
 
 from composer import trace_checks, traces
 from composer.env import taskset as cts  # registers the verifiers taskset id "composer-coding"
+from composer.progress import bar
 
 SOURCE = "verifiers"
 VERIFIERS_VERSION = "0.4.0"  # pinned: the v1 trace format and the plugin/loader behaviour this module relies on
@@ -151,6 +152,7 @@ def collect(records: list[dict], run_dir, *, base_url: str, model: str, n_rollou
 
         async def on_complete(episode):
             await append_episode(out, episode, lock)
+            rollouts_done.update()
 
         start = time.perf_counter()
         async with env.serving():
@@ -159,7 +161,8 @@ def collect(records: list[dict], run_dir, *, base_url: str, model: str, n_rollou
         return time.perf_counter() - start
 
     owed = sum(n for _, _, n in plan)
-    rollout_s = _run_sync(run) if owed else 0.0
+    with bar(total=owed, desc="verifiers rollouts", unit="rollout") as rollouts_done:
+        rollout_s = _run_sync(run) if owed else 0.0
     episodes = read_verifiers(out / "traces.jsonl")
     errors = Counter(_episode_error(e).split(":")[0] for e in episodes if not _episode_ok(e))
     result = Collection(run_dir=run_dir, verifiers_path=out / "traces.jsonl", trace_path=run_dir / "traces.jsonl",

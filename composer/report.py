@@ -319,7 +319,9 @@ def quiet() -> None:
     """
     import warnings
 
-    os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is imported; bars in a rendered report are noise
+    # read when tqdm is imported: the libraries' bars would write into a rendered report; composer's own long loops
+    # draw theirs through composer.progress, which never does
+    os.environ["TQDM_DISABLE"] = "1"
     import pandas as pd
 
     pd.set_option("display.float_format", "{:.4g}".format)  # tables print 4 significant digits, as fmt() does

@@ -26,7 +26,7 @@ import yaml
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from composer import report
+from composer import progress, report
 from composer.files import write_atomic
 from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
 
@@ -263,7 +263,8 @@ def _environ(name, value):
 
 def run_spike(slug, values, defaults, *, profile="default", notebooks_dir=NOTEBOOKS, reports_dir=REPORTS) -> dict:
     """Execute one spike with checked parameters and write its executed notebook, HTML and JSON. The kernel
-    inherits this process's environment: report.PROFILE_ENV tells its banner and results the profile."""
+    inherits this process's environment: report.PROFILE_ENV tells its banner and results the profile, progress.ENV
+    sends its progress bars to this process's stderr (papermill's log) instead of the report."""
     # absolute: papermill saves during execution from inside cwd=ROOT, and at the end from here
     reports_dir = Path(reports_dir).resolve()
     changed = {k: v for k, v in values.items() if v != defaults[k]}
@@ -272,7 +273,7 @@ def run_spike(slug, values, defaults, *, profile="default", notebooks_dir=NOTEBO
     executed.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:
-        with _environ(report.PROFILE_ENV, profile):
+        with _environ(report.PROFILE_ENV, profile), _environ(progress.ENV, "log"):
             nb = papermill.execute_notebook(
                 Path(notebooks_dir) / f"{slug}.ipynb", executed, parameters=changed,
                 # python3: the kernel of this interpreter (ipykernel's own), whatever kernel the notebook

@@ -75,6 +75,7 @@ from composer.env import tasks
 from composer.env.environment import CodingEnv, EnvConfig
 from composer.files import config_hash, publish
 from composer.models import cache_root, load_model, load_tokenizer, tiny_model
+from composer.progress import bar
 
 ZOO_VERSION = "1"  # bump when the training or data code changes what a cached artefact would contain
 
@@ -277,8 +278,9 @@ def _batch(phase: str, examples, prefix: int, rng: random.Random, library=(), li
     return out
 
 
-def train(model, examples, spec: ModelSpec, *, prefix: int, library=(), log=None) -> dict[str, list[float]]:
-    """Train in place on (ids, assistant mask) episodes; returns each phase's per-step losses.
+def train(model, examples, spec: ModelSpec, *, prefix: int, library=()) -> dict[str, list[float]]:
+    """Train in place on (ids, assistant mask) episodes; returns each phase's per-step losses. A progress bar
+    (composer.progress) counts the steps, its phase and mean loss over the last 50 steps beside it.
 
     1. pretrain: next-token loss on every token of random 512-token windows, a `spec.library_share` of
        them from `library` (token ids of the bug-free library modules), the rest from transcripts. It
@@ -302,7 +304,7 @@ def train(model, examples, spec: ModelSpec, *, prefix: int, library=(), log=None
     rng = random.Random(spec.seed)
     losses = {name: [] for name, _ in phases}
     model.train()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), bar(total=total, desc=f"zoo {spec.name}", unit="step") as steps_done:
         torch.manual_seed(spec.seed)
         for name, steps in phases:
             for step in range(steps):
@@ -318,8 +320,9 @@ def train(model, examples, spec: ModelSpec, *, prefix: int, library=(), log=None
                 sched.step()
                 opt.zero_grad(set_to_none=True)
                 losses[name].append(total_loss / n_tokens)
-                if log and (step % 50 == 0 or step == steps - 1):
-                    log(f"{name} {step + 1}/{steps} loss {sum(losses[name][-50:]) / len(losses[name][-50:]):.4f}")
+                steps_done.set_postfix_str(f"{name} loss {sum(losses[name][-50:]) / len(losses[name][-50:]):.4f}",
+                                           refresh=False)
+                steps_done.update()
     model.eval()
     return losses
 
@@ -346,8 +349,7 @@ def build(spec: ModelSpec, profile: Profile) -> Path:
         library = [tokenizer(text, add_special_tokens=False).input_ids for text in tasks.library_sources().values()]
         prefix = len(tokenizer(policies.render(tokenizer, demos[0]["messages"][:1]), add_special_tokens=False).input_ids)
         wall, cpu = time.perf_counter(), time.process_time()
-        losses = train(model, examples, spec, prefix=prefix, library=library,
-                       log=lambda line: print(f"[zoo] {spec.name}: {line}", file=sys.stderr, flush=True))
+        losses = train(model, examples, spec, prefix=prefix, library=library)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

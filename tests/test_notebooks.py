@@ -138,4 +138,6 @@ def test_smoke(path, tmp_path, capsys):
     here = "|".join(re.escape(p) for p in (str(ROOT), tempfile.gettempdir() + "/"))
     leaked = sorted(set(re.findall(rf"(?:{here})[^\s\"'<>]*", page)))
     assert not leaked, f"absolute paths of this machine in the report (use composer.paths.shown): {leaked[:5]}"
+    bar = re.search(r".{0,40}\d+/\d+ \[\d\d:\d\d<", page)  # "steps: 100%|███| 3/3 [00:01<00:00, ..."
+    assert not bar, f"a progress bar in the report (composer.progress sends them to the run's log): {bar[0]!r}"
     assert elapsed < RUNAWAY_S, f"{path.stem} took {elapsed:.1f} s: its defaults are no smoke scale (budget {BUDGET_S} s)"

@@ -64,10 +64,10 @@ import torch
 import transformers
 import trl
 from torch.utils._python_dispatch import TorchDispatchMode
-from tqdm import tqdm  # plain text bars on stderr: the notebook widgets of tqdm.auto need ipywidgets
 
 from composer.bench import machine
 from composer.models import TINY
+from composer.progress import bar as progress_bar
 
 ARMS = ("grpo", "composer_00", "hint", "dpo", "all")
 HINT_WEIGHT, DPO_WEIGHT = 0.1, 0.5
@@ -417,7 +417,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     del reference
 
     built = {}
-    for arm in tqdm(arm_names, desc="build arms", file=sys.stderr, leave=False, disable=None):
+    for arm in progress_bar(arm_names, desc="build arms", leave=False):
         built[arm] = _build(arm, size, model_path, tokenizer, train_dataset, pairs, os.path.join(workdir, arm))
     inputs = _generation_batch(built["all"][0], size)
     missing = [k for k in ("hint_prompt_ids", "hint_prompt_mask", "hint_mask") if k not in inputs]
@@ -439,7 +439,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     times = {arm: [] for arm in arm_names}
     work = {}
     total = len(arm_names) * (WARMUP + repeats)
-    with tqdm(total=total, desc=f"steps ({size})", file=sys.stderr, leave=False, disable=None) as bar:
+    with progress_bar(total=total, desc=f"steps ({size})", leave=False) as bar:
         for arm in arm_names:
             trainer, optimizer = built[arm]
             for _ in range(WARMUP - 1):
@@ -460,8 +460,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
         save_memory_data(data_path, model_path, inputs, pairs)
         del built, stock, trainer, optimizer  # free this process's trainers before the children run
         gc.collect()
-        for arm in tqdm(arm_names, desc="memory (fresh process per arm)", file=sys.stderr, leave=False,
-                        disable=None):
+        for arm in progress_bar(arm_names, desc="memory (fresh process per arm)", leave=False):
             mem[arm] = _memory(arm, size, data_path)
 
     completion_mask = inputs["completion_mask"].float()
