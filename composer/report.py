@@ -38,6 +38,7 @@ import platform
 import re
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -437,20 +438,27 @@ def _criteria_html(results) -> str:
 
 def decision_plot(criteria) -> Figure:
     """The decision at a glance: per criterion (a results row), its estimate and interval against the threshold
-    (dashed) and the null (dotted, when it has one), coloured by its status; one panel each, as scales differ."""
+    (dashed) and the null (dotted, when it has one), coloured by its status; one panel each, as scales differ. Each
+    panel's title (name and status, with the reason an undecided one gives) is wrapped to the figure's width."""
     colours = {True: COLOURS["VALIDATED"], False: COLOURS["INVALIDATED"], None: COLOURS["INCONCLUSIVE"]}
-    fig = Figure(figsize=(6.4, 0.3 + 0.75 * len(criteria)), layout="constrained")
-    for ax, c in zip(fig.subplots(len(criteria), 1, squeeze=False)[:, 0], criteria):
+    # ~100 characters of the "small" font fit the 6.4-inch width; a longer title ran past the right edge
+    titles = [textwrap.fill(f"{c['name']}: {_status(c)}", 95) for c in criteria]
+    lines = sum(title.count("\n") + 1 for title in titles)
+    fig = Figure(figsize=(6.4, 0.3 + 0.6 * len(criteria) + 0.15 * lines), layout="constrained")
+    for ax, c, title in zip(fig.subplots(len(criteria), 1, squeeze=False)[:, 0], criteria, titles):
         known = [x for x in (c["estimate"], c["ci_low"], c["ci_high"]) if _known(x)]
         if known:
             low, high = (c["ci_low"], c["ci_high"]) if _known(c["ci_low"]) and _known(c["ci_high"]) else (known[0],) * 2
             ax.plot([low, high], [0, 0], color=colours[c["passed"]], linewidth=3)
             ax.plot([known[0] if not _known(c["estimate"]) else c["estimate"]], [0], "o", color=colours[c["passed"]])
+        else:  # an axis with only the threshold on it reads as a chart that failed to draw
+            ax.text(0.5, 0.5, "no estimate to show", transform=ax.transAxes, ha="center", va="center",
+                    fontsize="small", color=colours[None])
         ax.axvline(c["threshold"], color="#24292f", linestyle="--", linewidth=1)
         if c.get("null") is not None:
             ax.axvline(c["null"], color="#24292f", linestyle=":", linewidth=1)
         ax.set_yticks([])
-        ax.set_title(f"{c['name'][:90]}: {_status(c)[:60]}", fontsize="small", loc="left")
+        ax.set_title(title, fontsize="small", loc="left")
         ax.tick_params(axis="x", labelsize="small")
     return fig
 

@@ -299,6 +299,24 @@ def test_the_decision_chart_has_a_panel_per_criterion_with_its_threshold():
     assert a.get_title(loc="left") == "a: pass" and b.get_title(loc="left") == "b: undecided"
 
 
+def test_the_decision_chart_wraps_long_titles_inside_the_figure_and_says_when_a_panel_has_no_estimate():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [{"name": "step time / its work floor (2.11x GRPO's), all channels, median of 3 rounds", "estimate": 1.5,
+             "ci_low": 1.2, "ci_high": 2.4, "threshold": 1.1, "comparator": "<=", "passed": None,
+             "undecided_why": "n = 3 benchmark rounds, below the stated minimum of 5: smoke scale"},
+            {"name": "p95 wall-clock s/step", "estimate": None, "ci_low": None, "ci_high": None, "threshold": 30,
+             "comparator": "<", "passed": None, "undecided_why": "offline: simulated teachers, no latency measured"}]
+    fig = report.decision_plot(rows)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    drawn = fig.get_tightbbox(canvas.get_renderer())  # inches, every artist included
+    assert drawn.x0 >= 0 and drawn.x1 <= fig.get_figwidth()  # a title run past the right edge widens it
+    measured, empty = fig.axes
+    assert measured.get_title(loc="left").replace("\n", " ") == f"{rows[0]['name']}: undecided ({rows[0]['undecided_why']})"
+    assert not measured.texts and [t.get_text() for t in empty.texts] == ["no estimate to show"]
+
+
 def test_quiet_rounds_table_floats(monkeypatch):
     import warnings
 
