@@ -29,6 +29,7 @@ SLOWEST_FIRST = ["test_notebooks.py",  # 435
                  "test_bench_env.py",  # 154
                  "test_bench_gpu.py",  # 89
                  "test_replay.py",  # 80
+                 "test_lab.py",  # 48 (skips without JupyterLab, Playwright or Chromium)
                  "test_tampering.py",  # 46
                  "test_bench_turns.py",  # 39
                  "test_install.py",  # 34
