@@ -89,7 +89,7 @@ def prepare(p: dict, run_dir) -> Inputs:
     tasks this machine cannot run, a control of another size than B's pairs, and pairs from test tasks."""
     from composer import pairs, reference_pairs, zoo
     from composer.env.environment import tool_schemas
-    from composer.env.swebench import is_real, load_instances, real_missing
+    from composer.env.real.swebench import is_real, load_instances, real_missing
     from composer.paths import ROOT
 
     def tasks(source: str) -> list[dict]:

@@ -138,7 +138,7 @@ def _pools(pool_file: str | None) -> dict | None:
     """The test pool of --pool-file (its records, as 004 would read them), or None for power.POOLS."""
     if pool_file is None:
         return None
-    from composer.env import swebench  # the task loader and its validation: only for this option
+    from composer.env.real import swebench  # the task loader and its validation: only for this option
 
     tasks = len(swebench.load_instances(pool_file))
     if tasks < 2:

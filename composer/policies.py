@@ -1,7 +1,7 @@
 """Policies for the coding environment: a scripted expert that demonstrates, and the loop that runs a model.
 
     from composer import policies
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.env.environment import CodingEnv
 
     records = tasks.generate(5, seed=0, split="test")

@@ -519,7 +519,7 @@ def scripted_records(n: int, *, seed: int = 0, tool: str = "submit", arguments: 
     """n embedded tasks whose problem statement opens with a `<tool_call>` block: against the echo backend
     (which answers with the last user message, here the task) every turn makes exactly that call. What tests
     and the benchmark use to drive the substrate deterministically without a model."""
-    from composer.env import tasks
+    from composer.env.embedded import tasks
 
     block = json.dumps({"name": tool, "arguments": arguments or {}})
     out = []

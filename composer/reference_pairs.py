@@ -23,7 +23,7 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
     the environment). Not 002a's traces: the report says which it used. With cache, kept as JSONL under
     models.cache_root()/pairs/, keyed by the arguments and the task generator's version."""
     from composer import policies
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.env.environment import CodingEnv
     from composer.files import config_hash
     from composer.models import cache_root

@@ -27,7 +27,7 @@ All inputs are traces.StepRecord, all outputs plain JSON-able dicts:
   reward_alignment(records, verdict) -> dict
       verdict(final_record) -> float | None is the environment's own judgement of the rollout (None: skip);
       the final record's reward must equal it. embedded_verdict(instances) re-grades the submitted patch
-      (outcome["patch"]) with composer.env.swebench.evaluate, as submit() graded it; unsubmitted -> 0.0.
+      (outcome["patch"]) with composer.env.real.swebench.evaluate, as submit() graded it; unsubmitted -> 0.0.
   read_file(path) -> (records, problems)   every valid record and a TraceError per bad line
 """
 
@@ -176,9 +176,9 @@ def check_traces(records: list[traces.StepRecord], *, expected_rollouts: int | N
         "schema": {"invalid_lines": invalid, "drift": drift, "valid_records": len(records)},
         "errored": {"rollouts": len(errored), "reasons": dict(Counter(_reason(e) for e in errored.values())),
                     "ids": sorted(errored)},
-        # submissions whose grading reset test files or configuration to the base (composer.env.grading), whose
-        # source changes the scan flagged as decisive (composer.env.tampering), or whose canaries said forged
-        # (composer.env.canaries); "review": those the scan named for review only (they scored as graded)
+        # submissions whose grading reset test files or configuration to the base (composer.env.defences.grading), whose
+        # source changes the scan flagged as decisive (composer.env.defences.tampering), or whose canaries said forged
+        # (composer.env.defences.canaries); "review": those the scan named for review only (they scored as graded)
         "tampering": {"rollouts": sum(any(t.get(k) for k in _TAMPERING) for t in tampering.values()),
                       **{k: sum(bool(t.get(k)) for t in tampering.values()) for k in _TAMPERING},
                       "review": sum(bool(t.get("review")) for t in tampering.values()),
@@ -224,7 +224,7 @@ def embedded_verdict(instances: list[dict], *, timeout_s: float = 20.0,
     """verdict() for reward_alignment on the environment: re-grade the submitted patch like submit()
     (swebench.evaluate on a fresh copy, or a fresh container for a real instance, with EnvConfig's test_timeout_s
     and real_test_timeout_s); an unsubmitted or errored rollout earns 0.0."""
-    from composer.env import swebench
+    from composer.env.real import swebench
 
     by_id = {r["instance_id"]: r for r in instances}
 

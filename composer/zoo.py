@@ -71,7 +71,7 @@ import torch
 import transformers
 
 from composer import policies, stats
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import CodingEnv, EnvConfig
 from composer.files import config_hash, publish
 from composer.models import cache_root, load_model, load_tokenizer, tiny_model

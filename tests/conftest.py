@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import container, sandbox
+from composer.env.containment import sandbox
+from composer.env.real import container
 
 REAL_RECORD = Path(__file__).resolve().parents[1] / "data/swebench-lite/marshmallow-code__marshmallow-1343.json"
 # The slowest files of the fast tier (make test), slowest first (seconds of tests per file, 2026-12-05, a fresh cache,

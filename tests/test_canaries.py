@@ -1,4 +1,4 @@
-"""composer.env.canaries: tests planted at grading whose outcomes must come out a certain way."""
+"""composer.env.defences.canaries: tests planted at grading whose outcomes must come out a certain way."""
 
 import ast
 import random
@@ -6,7 +6,9 @@ import textwrap
 
 import pytest
 
-from composer.env import canaries, sandbox, tasks
+from composer.env.containment import sandbox
+from composer.env.defences import canaries
+from composer.env.embedded import tasks
 
 TEXT = textwrap.dedent("""\
     import pytest

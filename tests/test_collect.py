@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from composer import collect, trace_checks, traces
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, gold_edits
 from hand_records import record
 
@@ -184,7 +184,7 @@ def test_recording_env_recovers_after_a_crash(records):
 WORKER = textwrap.dedent("""
     import json
     from composer import collect
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.env.environment import EnvConfig
     records = tasks.generate(2, seed=0)
     plans = {{r["instance_id"]: collect.solve_plan(r) for r in records}}

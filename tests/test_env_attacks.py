@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import limits, patches, sandbox, tasks, tools
+from composer.env import tools
+from composer.env.containment import limits, patches, sandbox
+from composer.env.embedded import tasks
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
 CONTAINED = sandbox.guarantees()["private_files"]

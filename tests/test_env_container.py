@@ -1,4 +1,4 @@
-"""Tests for composer.env.container: a real SWE-bench Lite instance (marshmallow-code__marshmallow-1343) in podman.
+"""Tests for composer.env.real.container: a real SWE-bench Lite instance (marshmallow-code__marshmallow-1343) in podman.
 
 They need a container engine that runs here and build the instance image once if it is missing (conftest.py's
 real_record). Without an engine they skip with the reason; .ci/run installs podman and sets
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import container, probes, real_probes, swebench
+from composer.env.defences import probes, real_probes
+from composer.env.real import container, swebench
 from composer.env.environment import CodingEnv, EnvConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -332,7 +333,7 @@ def test_a_test_run_past_its_timeout_is_cut_and_reported(record):
 
 
 def test_a_killed_episode_leaves_no_container(record, tmp_path):
-    code = ("import json, sys, time; from pathlib import Path; from composer.env import container\n"
+    code = ("import json, sys, time; from pathlib import Path; from composer.env.real import container\n"
             f"ws = container.Workspace(json.load(open({str(REAL_RECORD)!r})), Path({str(tmp_path / 'repo')!r}))\n"
             "print(ws.container.name, flush=True); time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from composer import traces
-from composer.env import sandbox, tasks, tools
-from composer.env.worker import PytestWorker
+from composer.env import tools
+from composer.env.containment import sandbox
+from composer.env.embedded import tasks
+from composer.env.containment.worker import PytestWorker
 from composer.env.environment import (
     TOOLS,
     CodingAction,

@@ -1,4 +1,4 @@
-"""composer.env.forkserver: fresh sandboxes with pytest preloaded, tied to the process that uses them.
+"""composer.env.containment.forkserver: fresh sandboxes with pytest preloaded, tied to the process that uses them.
 
     .venv/bin/pytest tests/test_env_forkserver.py
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import limits, sandbox
+from composer.env.containment import limits, sandbox
 
 pytestmark = pytest.mark.skipif(not sandbox.forked_runs(), reason="the fork server needs root and bubblewrap "
                                                                   "(.ci/run installs bubblewrap)")
@@ -55,7 +55,7 @@ def test_the_server_outlives_the_thread_that_started_it(repo):
 
 
 def test_the_server_dies_with_the_process_that_started_it(repo):
-    code = ("import sys; from composer.env import sandbox; "
+    code = ("import sys; from composer.env.containment import sandbox; "
             f"sandbox.run_pytest({str(repo)!r}, []); print(sandbox._FORKSERVER._proc.pid, flush=True)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     pid = int(out.stdout.split()[-1])

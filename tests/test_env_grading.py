@@ -1,8 +1,8 @@
-"""composer.env.grading: what of an agent's diff grading takes."""
+"""composer.env.defences.grading: what of an agent's diff grading takes."""
 
 import pytest
 
-from composer.env import grading
+from composer.env.defences import grading
 
 GIT = ("diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -3,2 +3,3 @@\n x = 1\n"
        "+import ctypes\n y = 2\n"

@@ -1,8 +1,8 @@
-"""Tests for composer.env.library: the bug-free modules the task generator mutates, and their expectations."""
+"""Tests for composer.env.embedded.library: the bug-free modules the task generator mutates, and their expectations."""
 
 
 
-from composer.env import library, tasks
+from composer.env.embedded import library, tasks
 
 
 def test_library_expectations_are_plain_literals():

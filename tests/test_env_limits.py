@@ -1,4 +1,4 @@
-"""composer.env.limits: the headroom a non-root run's RLIMIT_NPROC gets.
+"""composer.env.containment.limits: the headroom a non-root run's RLIMIT_NPROC gets.
 
     .venv/bin/pytest -q tests/test_env_limits.py
 """
@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from composer.env import limits
+from composer.env.containment import limits
 
 
 def test_the_nproc_headroom_counts_threads_as_rlimit_nproc_does():

@@ -1,10 +1,10 @@
-"""Tests for composer.env.mutations: every family of bugs makes a valid task."""
+"""Tests for composer.env.embedded.mutations: every family of bugs makes a valid task."""
 
 import json
 
 import pytest
 
-from composer.env import mutations, tasks
+from composer.env.embedded import mutations, tasks
 
 
 @pytest.mark.parametrize("family", mutations.MUTATIONS)

@@ -1,10 +1,10 @@
-"""Tests for composer.env.patches: paths stay inside the copy, diffs apply whole or not at all."""
+"""Tests for composer.env.containment.patches: paths stay inside the copy, diffs apply whole or not at all."""
 
 import os
 
 import pytest
 
-from composer.env import patches, sandbox
+from composer.env.containment import patches, sandbox
 
 
 @pytest.fixture

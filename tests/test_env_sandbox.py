@@ -1,4 +1,5 @@
-"""Tests for composer.env.sandbox: limits really hold on this host, containment is what each mode says it is.
+"""Tests for composer.env.containment.sandbox: limits really hold on this host, containment is what each mode says it
+is.
 
 Every hostile child below is bounded by the test itself (fork at most 200 times, print
 100 MB, ...), so a containment failure shows up as a failed assertion, never as harm to the host.
@@ -14,9 +15,9 @@ import time
 
 import pytest
 
-from composer.env import sandbox
-from composer.env.limits import FILE_LIMIT_MB
-from composer.env.patches import SandboxError
+from composer.env.containment import sandbox
+from composer.env.containment.limits import FILE_LIMIT_MB
+from composer.env.containment.patches import SandboxError
 
 MODE = sandbox.isolation()["mode"]
 NAMESPACED = MODE in ("root-ns", "user-ns")

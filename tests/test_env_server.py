@@ -12,7 +12,7 @@ import httpx
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, gold_edits
 from composer.env.server import serve_env
 

@@ -1,4 +1,4 @@
-"""Tests for composer.env.swebench: the record contract on embedded tasks, evaluation, clear errors."""
+"""Tests for composer.env.real.swebench: the record contract on embedded tasks, evaluation, clear errors."""
 
 import json
 import random
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import swebench, tasks
+from composer.env.embedded import tasks
+from composer.env.real import swebench
 
 HARNESS_KEYS = {"total_instances", "submitted_instances", "completed_instances", "resolved_instances",
                 "unresolved_instances", "empty_patch_instances", "error_instances", "completed_ids",

@@ -1,4 +1,4 @@
-"""Tests for composer.env.tasks: exact schema, determinism, real validation, split disjointness."""
+"""Tests for composer.env.embedded.tasks: exact schema, determinism, real validation, split disjointness."""
 
 import json
 import re
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import mutations, patches, sandbox, tasks
-from composer.env.swebench import validate_instance
+from composer.env.containment import patches, sandbox
+from composer.env.embedded import mutations, tasks
+from composer.env.real.swebench import validate_instance
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_materialize_rejects_tampered_foreign_and_unsafe_requests(records, tmp_p
     r = records[0]
     with pytest.raises(ValueError, match=re.escape(r["instance_id"]) + ".*base_commit"):
         tasks.materialize({**r, "base_commit": "0" * 40}, tmp_path / "t")
-    with pytest.raises(ValueError, match="not an embedded task.*composer.env.container"):
+    with pytest.raises(ValueError, match="not an embedded task.*composer.env.real.container"):
         tasks.materialize({**r, "repo": "django/django", "instance_id": "django__django-11099"}, tmp_path / "d")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")

@@ -1,4 +1,5 @@
-"""Tests for composer.env.worker: the warm pytest server reports what a cold run reports, and its limits hold.
+"""Tests for composer.env.containment.worker: the warm pytest server reports what a cold run reports, and its limits
+hold.
 
 Every hostile child below is bounded by the test itself, so a containment failure shows up as a failed assertion,
 never as harm to the host.
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import patches, sandbox
-from composer.env import worker as warm
-from composer.env.worker import PytestWorker
+from composer.env.containment import patches, sandbox
+from composer.env.containment import worker as warm
+from composer.env.containment.worker import PytestWorker
 
 MODE = sandbox.isolation()["mode"]
 NAMESPACED = MODE in ("root-ns", "user-ns")

@@ -19,7 +19,7 @@ import pytest
 from datasets import Dataset
 
 from composer import collect, episodes
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, env_reward, gold_edits
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

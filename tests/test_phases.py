@@ -13,7 +13,7 @@ import pytest
 from transformers.utils import get_json_schema
 
 from composer import collect, phases, run
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, TRLCodingEnv
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

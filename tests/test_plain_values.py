@@ -1,4 +1,5 @@
-"""composer/env/sandbox_plugin.py: in a grading run, rigged values do not pass and honest ones keep their behaviour.
+"""composer/env/containment/sandbox_plugin.py: in a grading run, rigged values do not pass and honest ones keep their
+behaviour.
 
 Each rigged case passes in an ordinary run (so the attack is real and the test can fail) and fails in a grading
 run, wherever the comparison happens; each honest case passes in both.
@@ -8,7 +9,7 @@ import textwrap
 
 import pytest
 
-from composer.env import sandbox
+from composer.env.containment import sandbox
 
 CODE = '''
 import collections

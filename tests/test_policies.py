@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from composer import policies
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import CodingEnv, EnvConfig
 from composer.models import build_tokenizer, load_model, tiny_model
 

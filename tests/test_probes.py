@@ -1,9 +1,11 @@
-"""composer.env.probes: held-out inputs whose expected values never enter the test process."""
+"""composer.env.defences.probes: held-out inputs whose expected values never enter the test process."""
 
 import json
 import random
 
-from composer.env import canaries, probes, sandbox, tasks
+from composer.env.containment import sandbox
+from composer.env.defences import canaries, probes
+from composer.env.embedded import tasks
 
 
 def test_probes_move_one_argument_of_a_fail_to_pass_call_and_reveal_the_bug(tmp_path):

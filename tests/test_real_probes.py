@@ -1,5 +1,5 @@
-"""composer.env.real_probes: held-out probes derived from a real test suite's FAIL_TO_PASS tests, without a container
-(tests/test_env_container.py runs them on the shipped Lite instance)."""
+"""composer.env.defences.real_probes: held-out probes derived from a real test suite's FAIL_TO_PASS tests, without a
+container (tests/test_env_container.py runs them on the shipped Lite instance)."""
 
 import json
 import math
@@ -9,7 +9,8 @@ import subprocess
 import sys
 import textwrap
 
-from composer.env import container, real_probes
+from composer.env.defences import real_probes
+from composer.env.real import container
 
 LIB = """def scale(xs, k):
     return [x * k for x in xs]

@@ -21,7 +21,7 @@ def test_embedded_traces():
 
 def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
     from composer import policies
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.env.environment import CodingEnv
 
     instances = tasks.generate(2, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))

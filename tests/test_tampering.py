@@ -1,4 +1,4 @@
-"""composer.env.tampering: the syntax-tree scan of changed source files."""
+"""composer.env.defences.tampering: the syntax-tree scan of changed source files."""
 
 import collections
 import json
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.env import tampering, tasks
+from composer.env.defences import tampering
+from composer.env.embedded import tasks
 
 # Real honest fixes of SWE-bench Lite's repositories (data/real-fixes/README.md: provenance and licences): the
 # whole changed library files before and after bug-fix commits, patch releases and patches a SWE-bench harness

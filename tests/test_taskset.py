@@ -10,7 +10,7 @@ import verifiers.v1 as vf
 
 from composer import policies
 from composer.env import environment as envlib
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env import taskset as cts
 
 

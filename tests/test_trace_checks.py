@@ -10,7 +10,7 @@ import os
 import pytest
 
 from composer import trace_checks, traces
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, gold_edits
 from hand_records import record
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from composer import ab_inputs, arms, policies, vllm_engine
-from composer.env import tasks
+from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig
 from composer.models import load_model, load_tokenizer, tiny_model
 

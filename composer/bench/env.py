@@ -10,7 +10,7 @@ An episode is what a competent agent does on an embedded task: view the buggy mo
 edit (the gold fix from the task's patch on even episodes, a harmless wrong edit on odd ones),
 run_tests, submit. That is 5 steps (more when a gold patch has several hunks), 3 of which run a
 sandboxed pytest: the two run_tests and submit's grading run, each in a fresh sandbox started from
-the fork server where there is one (composer.env.forkserver; else run_tests go through the episode's
+the fork server where there is one (composer.env.containment.forkserver; else run_tests go through the episode's
 warm PytestWorker). `workers` episodes run at once, each in its own CodingEnv, as a trainer's
 rollouts would.
 
@@ -62,7 +62,7 @@ sandbox that enters fresh namespaces, uid and rlimits itself would remove it.
 2026-12-01 (session 5), containment: every run in its own mount namespace, uid, cgroup. First
 with bubblewrap alone and grading cold in a fresh sandbox: 15.5 / 16.6 steps/s (CPU 111-117 ms per step),
 against 24.4 / 20.2 for the old code on the same machine that day, because each submission paid a cold
-interpreter and `import pytest` (~265 ms). That zygote now exists (composer.env.forkserver): every root
+interpreter and `import pytest` (~265 ms). That zygote now exists (composer.env.containment.forkserver): every root
 pytest run, run_tests and grading alike, forks from it into a fresh sandbox, so no episode starts a worker.
 Idle machine, the old code then the new back to back: 20.2 vs 25.6 steps/s; two more runs of the new:
 27.0 and 24.2 (one at a time 16.4 / 13.6; with a per-episode worker instead 19.1 / 16.1); CPU per step
@@ -87,8 +87,9 @@ from unittest import mock
 
 from composer.bench import machine
 from composer.paths import ROOT
-from composer.env import sandbox, tasks
-from composer.env.worker import PytestWorker
+from composer.env.containment import sandbox
+from composer.env.embedded import tasks
+from composer.env.containment.worker import PytestWorker
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
 
 TARGET_STEPS_PER_S = 20
@@ -255,12 +256,12 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
 
 
 def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict:
-    """The same scripted episodes on a real instance in containers (composer.env.container): each one's container
+    """The same scripted episodes on a real instance in containers (composer.env.real.container): each one's container
     start (reset: the image's /testbed copied out, the episode's container up), run_tests and grading seconds, and
     episodes per second one at a time and `workers` at once. Then what grading's layers cost: the instance's probes
     computed once (container.held_out, into a composer cache of this run's own, so computed now), and the gold patch
     graded with every layer and without each one (container.Layers), interleaved, two rounds."""
-    from composer.env import container
+    from composer.env.real import container
 
     def play(gold: bool) -> dict:
         env = CodingEnv()
@@ -344,7 +345,7 @@ def main(argv=None) -> int:
                         help="the real record for --backend container (default: the one shipped)")
     args = parser.parse_args(argv)
     if args.backend == "container":
-        from composer.env import swebench
+        from composer.env.real import swebench
         (record,) = swebench.load_instances(args.instance)
         result = measure_container(record, args.episodes or 6, args.workers)
         print(f"container episodes on {record['instance_id']} ({result['engine']}): start "

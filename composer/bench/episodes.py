@@ -71,7 +71,7 @@ def _waiting_env(wait_s: float):
 
 def _batch(student, records, *, generations: int, concurrent: bool, workers: int, wait_s: float | None) -> dict:
     from composer import collect
-    from composer.env import sandbox
+    from composer.env.containment import sandbox
     from composer.env.environment import env_reward
     from composer.policies import ENV_CONFIG
 
@@ -140,7 +140,7 @@ def measure(*, episodes: int = 16, generations: int = 2, repeats: int = 1, wait_
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from composer import episodes as concurrency
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.models import tiny_model
 
     workers = workers or concurrency.WORKERS

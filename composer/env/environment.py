@@ -1,6 +1,6 @@
 """The coding environment: an OpenEnv Environment over one SWE-bench-shaped task per episode.
 
-    from composer.env import tasks
+    from composer.env.embedded import tasks
     from composer.env.environment import CodingAction, CodingEnv, EnvConfig
 
     records = tasks.generate(4, seed=0)
@@ -37,19 +37,19 @@ Episode rules (decisions, with the reason):
 - submit() ends the episode and grades it through swebench.evaluate, where the policy cannot
   reach: a fresh copy at base_commit, plus the agent's changes to source files only (tests,
   conftest.py, pytest/tox/setup.cfg/pyproject configuration, *.pth and site customization come
-  from the base and test_patch: composer.env.grading), plus test_patch; FAIL_TO_PASS +
+  from the base and test_patch: composer.env.defences.grading), plus test_patch; FAIL_TO_PASS +
   PASS_TO_PASS in one cold pytest run in a fresh sandbox (its own namespaces, uid and /tmp:
   nothing a run_tests call left anywhere is there), with canary tests planted among the task's
-  (composer.env.canaries), held-out probes (composer.env.probes) and the values the tests compare
+  (composer.env.defences.canaries), held-out probes (composer.env.defences.probes) and the values the tests compare
   made plain; reward 1.0 when all pass, every canary came out as it must and every probe recorded
   the gold value, else 0.0. A change whose source files reach the grading's own machinery
-  (composer.env.tampering's decisive findings) scores 0 (`flag_tampering`, default True); its other
+  (composer.env.defences.tampering's decisive findings) scores 0 (`flag_tampering`, default True); its other
   findings are kept for review and score nothing. What was reset, flagged, named for review or
   forged is in the trace record's outcome["tampering"].
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
-  (composer.env.container): the tools work on a host copy of its /testbed, mounted back into it; run_tests runs
+  (composer.env.real.container): the tools work on a host copy of its /testbed, mounted back into it; run_tests runs
   the image's own environment there, bounded by real_test_timeout_s; the task's tests stay hidden whatever
   visible_tests says; submit is graded by the swebench harness's eval script in a fresh container. reset raises
   (before any model work) when the engine or the image is missing.
@@ -76,9 +76,11 @@ from pydantic import BaseModel, Field, ValidationError, validate_call
 from transformers.utils import get_json_schema
 
 from composer import traces
-from composer.env import container, patches, sandbox, swebench, tools
-from composer.env import tasks as tasklib
-from composer.env.worker import PytestWorker
+from composer.env import tools
+from composer.env.containment import patches, sandbox
+from composer.env.real import container, swebench
+from composer.env.embedded import tasks as tasklib
+from composer.env.containment.worker import PytestWorker
 
 TOOLS = ("list_files", "view", "search", "edit", "apply_patch", "run_tests", "submit")
 MAX_TEST_IDS = 500
@@ -501,7 +503,7 @@ class TRLCodingEnv:
 
     Dataset rows are SWE-bench records, one string column per field of tasks.SCHEMA_FIELDS, the columns
     SWE-bench Lite has: `Dataset.from_list(tasks.generate(...))`, or real Lite records (they run in
-    containers: composer.env.container). reset(**row) ignores any other column (e.g. a "prompt") and returns
+    containers: composer.env.real.container). reset(**row) ignores any other column (e.g. a "prompt") and returns
     the task message, which TRL appends to the prompt's last message (an empty user message when the dataset
     has no "prompt").
     Score rollouts with `reward_funcs=[env_reward]`. There is deliberately no get_reward method: TRL

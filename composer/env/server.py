@@ -36,7 +36,7 @@ import uvicorn
 from openenv.core.env_server import create_app
 from starlette.websockets import WebSocketDisconnect
 
-from composer.env import tasks as tasklib
+from composer.env.embedded import tasks as tasklib
 from composer.env.environment import CodingAction, CodingEnv, CodingObservation, EnvConfig
 
 

@@ -1,7 +1,7 @@
 """The embedded coding environment as a verifiers v1 taskset: what PRIME-RL's orchestrator runs.
 
     from composer.env import taskset as cts                      # registers the taskset id "composer-coding"
-    from composer.env import tasks
+    from composer.env.embedded import tasks
 
     config = cts.taskset_config(tasks.generate(4, seed=0, split="test"))   # or CodingTasksetConfig(...)
     env = cts.load_env(config, runtime="subprocess")                        # a verifiers SingleAgentEnv
@@ -12,7 +12,7 @@ a Task (setup, tools, stop conditions, rewards), tool servers (`Toolset`: MCP se
 rollout) and a Harness (the agent program that talks to the model). Here:
 
 - `CodingTaskset` yields one `CodingTask` per SWE-bench-shaped record (`records`, or `records_file`
-  as `python -m composer.prime tasks` writes it; real instances run in containers: composer.env.container). The
+  as `python -m composer.prime tasks` writes it; real instances run in containers: composer.env.real.container). The
   prompt is what `CodingEnv.reset` shows, the system prompt composer.policies.SYSTEM: the student
   reads exactly what it was trained on.
 - `CodingToolset` is an MCP server (a subprocess: `python -m composer.env.taskset`) holding one
@@ -61,7 +61,7 @@ from verifiers.v1.harnesses.null.harness import NullHarness
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
 
 from composer.env import environment as envlib
-from composer.env import tasks as tasklib
+from composer.env.embedded import tasks as tasklib
 
 TASKSET_ID = "composer-coding"
 MODULE_ALIAS = TASKSET_ID.replace("-", "_")
@@ -102,9 +102,9 @@ class CodingTasksetConfig(vf.TasksetConfig):
     id: str = TASKSET_ID
     task: CodingTaskConfig = CodingTaskConfig()
     records: list[dict] = Field(default_factory=list)
-    """SWE-bench-shaped task records (the 12 fields of composer.env.tasks.SCHEMA_FIELDS), in order."""
+    """SWE-bench-shaped task records (the 12 fields of composer.env.embedded.tasks.SCHEMA_FIELDS), in order."""
     records_file: Path | None = None
-    """Or a .json/.jsonl of records (composer.env.swebench.load_instances reads it); used when records is empty."""
+    """Or a .json/.jsonl of records (composer.env.real.swebench.load_instances reads it); used when records is empty."""
 
 
 class CodingData(vf.TaskData):
@@ -298,7 +298,7 @@ class CodingTaskset(vf.Taskset[CodingTask, CodingTasksetConfig]):
     def load(self):
         records = self.config.records
         if not records and self.config.records_file is not None:
-            from composer.env import swebench
+            from composer.env.real import swebench
             records = swebench.load_instances(str(self.config.records_file))
         env = envlib.CodingEnv(config=self.config.task.tools.env_config())
         try:

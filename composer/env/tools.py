@@ -34,7 +34,7 @@ from pathlib import Path
 
 import re2
 
-from composer.env import patches
+from composer.env.containment import patches
 from composer.files import write_atomic
 
 MAX_FILE_BYTES = 1_000_000

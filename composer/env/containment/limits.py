@@ -1,11 +1,11 @@
 """What bounds a sandboxed run: its limits, its own uid, its memory cgroup, and the repository copy's size.
 
-    from composer.env import limits
+    from composer.env.containment import limits
 
-    limits.Limits(timeout_s=20, memory_mb=1024)    # every bound of one run (composer.env.sandbox takes them)
+    limits.Limits(timeout_s=20, memory_mb=1024)    # every bound of one run (sandbox.run_pytest takes them)
     uid = limits.Uids.take(); limits.Uids.give_back(uid)    # a uid no live sandbox on this host holds
 
-See composer.env.sandbox's docstring for what each bound holds in each containment mode.
+See composer.env.containment.sandbox's docstring for what each bound holds in each containment mode.
 """
 
 import contextlib
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.env.patches import SandboxError
+from composer.env.containment.patches import SandboxError
 
 FILE_LIMIT_MB = 64
 # Per-run uids live far above any real account (and below 2^31, where setresuid's -1 sentinel sits).

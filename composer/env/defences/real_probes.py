@@ -1,22 +1,22 @@
 """Held-out probes for real SWE-bench instances: a FAIL_TO_PASS test's call on an input no test shows, its value
 the gold patch's.
 
-    from composer.env import real_probes
+    from composer.env.defences import real_probes
 
     made = real_probes.candidates(text, "tests/test_x.py::TestX::test_y", rng)  # Probe(..., expected="") per move
-    held = composer.env.container.held_out(record)   # Held(probes=(Probe(..., expected="raise ValueError"), ...))
+    held = composer.env.real.container.held_out(record)   # Held(probes=(Probe(..., expected="raise ValueError"), ...))
     text, named = real_probes.plant(text, list(held.probes), rng)   # each written in as a test of a fresh name
     missed = real_probes.missed(named, real_probes.recorded(log))   # those whose outcome is not the gold one
 
-What composer.env.probes does for embedded tasks, on a real test suite. A probe is the test's own code up to one
-call (its setup statements, asserts left out), with one literal moved as composer.env.canaries moves a compared
-value: a literal argument of the call (or of a call inside it), or the literal a setup statement assigns to a name
-the call reads. It records what the call gives (`record_property`), the value's repr or "raise <exception class
+What composer.env.defences.probes does for embedded tasks, on a real test suite. A probe is the test's own code up to
+one call (its setup statements, asserts left out), with one literal moved as composer.env.defences.canaries moves a
+compared value: a literal argument of the call (or of a call inside it), or the literal a setup statement assigns to a
+name the call reads. It records what the call gives (`record_property`), the value's repr or "raise <exception class
 name>" (a call the fix makes raise, as `pytest.raises` tests expect), and asserts nothing; grading compares that
 with the gold patch's value outside the test process. It runs where its test ran: a method of the test's class
 (the class's fixtures are the probe's) or a module-level function, taking the test's fixtures.
 
-The expected values come from running the instance itself, not from a generator: composer.env.container.held_out
+The expected values come from running the instance itself, not from a generator: composer.env.real.container.held_out
 runs the candidates once per image and instance on the gold patch (twice, so that a value that changes from run to
 run is dropped) and on the base commit, keeps those whose gold value is a literal or a raise and where the base
 gives another value or none, and caches them. A test that is parametrized or decorated (its arguments or marks
@@ -30,7 +30,7 @@ import random
 import textwrap
 from dataclasses import dataclass
 
-from composer.env import canaries, probes
+from composer.env.defences import canaries, probes
 
 VERSION = 1  # of how real probes are made and run: part of their cache key
 MAX_CANDIDATES = 64  # tried per instance (each a test in the one-time runs)
@@ -171,8 +171,8 @@ def _slots(setup: list, call: ast.Call) -> list[tuple[object, str, int | None]]:
 
 
 def _moved(setup: list, stmt, rng: random.Random) -> tuple[tuple[str, ...], str] | None:
-    """(setup sources, the call's source) with one literal input of the call moved (composer.env.canaries.moved), on
-    copies of the test's nodes; None where the draw gave nothing new."""
+    """(setup sources, the call's source) with one literal input of the call moved
+    (composer.env.defences.canaries.moved), on copies of the test's nodes; None where the draw gave nothing new."""
     setup, stmt = copy.deepcopy(setup), copy.deepcopy(stmt)
     call = _call(stmt)
     slots = _slots(setup, call)

@@ -1,11 +1,11 @@
-"""The outcome plugin every sandboxed pytest run loads with `-p` (composer.env.sandbox writes this file's text into
-the run's read-only plugin folder as `_composer_sandbox_plugin_<suffix>.py`, the suffix its session's own; it
+"""The outcome plugin every sandboxed pytest run loads with `-p` (composer.env.containment.sandbox writes this file's
+text into the run's read-only plugin folder as `_composer_sandbox_plugin_<suffix>.py`, the suffix its session's own; it
 imports nothing of composer).
 
 Each test report's node id, phase and outcome (and a call's recorded properties: grading's probes) go down a pipe,
 each line carrying the run's token, and an end line closes the session. The pipe's number and the token are taken out of the environment when pytest loads the
 plugin, before any conftest or test module is imported. In a grading run (COMPOSER_SANDBOX_PLAIN set) it also
-makes the values the tests compare plain (composer/env/plain_values.py, written beside it).
+makes the values the tests compare plain (composer/env/containment/plain_values.py, written beside it).
 """
 
 import importlib

@@ -1,8 +1,8 @@
 """Plain values for a grading run: a result whose comparisons are rigged must not pass a test that its plain value
 would fail, wherever the test compares it (`==`, a helper, `pytest.approx`, unittest's assertEqual, sorted(),
-set()). composer.env.sandbox writes this file's text beside the outcome plugin (composer/env/sandbox_plugin.py) as
-`_composer_plain_values_<suffix>.py`, and the plugin imports it in grading runs only; it imports nothing of
-composer.
+set()). composer.env.containment.sandbox writes this file's text beside the outcome plugin
+(composer/env/containment/sandbox_plugin.py) as `_composer_plain_values_<suffix>.py`, and the plugin imports it in
+grading runs only; it imports nothing of composer.
 
 Once the test modules are imported, every function and method written in the code under test (modules of the
 repository that are not tests or conftest.py; a class it only imported, urllib3's PoolManager, is left as it is)
@@ -17,11 +17,11 @@ own (flask's Config), keep their type. A value of a class that neither the base 
 conversion methods of its own, and unittest.mock's ANY or a mock told to equal what it meets, become a value that
 equals nothing; a mock left as it is stays (tests hand mocks to the code and get them back). A class posing as a
 test module's (its `__module__` set to that name) passes as one: the syntax scan names such a class
-(composer.env.tampering), and the canaries see what it forges. The library's classes are those that existed when
-this module was imported, before any code of the repository ran, and those a library imported later holds under
+(composer.env.defences.tampering), and the canaries see what it forges. The library's classes are those that existed
+when this module was imported, before any code of the repository ran, and those a library imported later holds under
 their names, none of their methods written in the repository (pandas' Index). What this cannot see (a changed
 comparison method of a class the base has, code that rebinds the tests' names, modules first imported inside a
-test) the canaries catch (composer.env.canaries). Checked on real libraries' own suites (docs/sandbox.md): the
+test) the canaries catch (composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the
 wrapping changes no outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one of flask's 482 (a
 class made inside a function, posing as werkzeug's) and one of xarray's 218 (it counts stack frames).
 """
@@ -83,8 +83,8 @@ def _inside(path) -> bool:
 
 
 def _test_side(path: str) -> bool:
-    """Tests and conftest.py (grading took them from the base, so they are trusted), as composer.env.grading names
-    them."""
+    """Tests and conftest.py (grading took them from the base, so they are trusted), as composer.env.defences.grading
+    names them."""
     rel = os.path.relpath(os.path.abspath(path), _ROOT).split(os.sep)
     name = rel[-1]
     return (name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")

@@ -1,7 +1,7 @@
 """The template library embedded tasks are cut from: small modules of pure functions and classes, each with the
 calls its tests make, and what the correct code returns for them.
 
-    from composer.env import library
+    from composer.env.embedded import library
 
     library.LIBRARY["ops"]                    # (package, module docstring, source, cases)
     library.units("ops")                      # {"clamp": "def clamp(x, lo, hi): ...", ...}: canonical sources
@@ -9,7 +9,7 @@ calls its tests make, and what the correct code returns for them.
 
 Every top-level def/class of a module is a "unit"; a case is a call expression, or a tuple of setup statements
 ending in the expression. Expected values come from running this (trusted) source; sources are canonicalized with
-ast.unparse at load so that unparsing a mutated tree changes only the mutated spot (composer.env.mutations).
+ast.unparse at load so that unparsing a mutated tree changes only the mutated spot (composer.env.embedded.mutations).
 """
 
 import ast

@@ -1,13 +1,13 @@
 """What of an agent's diff a grading run may see.
 
-    from composer.env import grading
+    from composer.env.defences import grading
 
     kept, reset = grading.source_only(diff, test_paths={"tests/test_ops.py"})
     grading.steers_tests("pkg/conftest.py")           # True: never taken from the agent
     grading.defined_classes(repo)                     # ["calc.shapes:Rect", ...]: the base's classes
 
 A policy under RL forges any reward it can, and a submission is graded by running tests next to its code.
-So a grading run (composer.env.swebench.evaluate) takes from the agent only the files that are neither tests nor
+So a grading run (composer.env.real.swebench.evaluate) takes from the agent only the files that are neither tests nor
 configuration of the test run: `steers_tests` names the rest (conftest.py anywhere; pytest.ini, .pytest.ini,
 tox.ini, setup.cfg, pyproject.toml; *.pth; sitecustomize.py and usercustomize.py; compiled files (*.pyc, *.pyo,
 __pycache__/), which Python would load instead of the source the scan reads; test files by pytest's default
@@ -16,14 +16,15 @@ fixtures). Those come from the base commit and the test patch, and every one the
 "reset". A folder's name alone decides nothing: in real repositories `django/test/`, `sympy/testing/`,
 `lib/matplotlib/testing/` and `astropy/tests/` are library source the library itself imports, and a fix there is
 graded with its change applied. The sandbox
-(composer.env.sandbox) pins pytest's configuration file, rootdir and confcutdir, so nothing outside the copy
+(composer.env.containment.sandbox) pins pytest's configuration file, rootdir and confcutdir, so nothing outside the copy
 steers the run either, and grading always runs cold in a fresh sandbox on a fresh copy, so nothing a run_tests
 call left behind is there.
 
 What remains is the code under test itself, which runs in the test process: grading plants canaries among the
-tests (composer.env.canaries), makes the values the tests compare plain (composer/env/sandbox_plugin.py) and scans
-the changed source files' syntax trees (composer.env.tampering). Unlike this, the SWE-bench harness keeps every
-file the model changed except the test patch's, a conftest.py included.
+tests (composer.env.defences.canaries), makes the values the tests compare plain
+(composer/env/containment/sandbox_plugin.py) and scans the changed source files' syntax trees
+(composer.env.defences.tampering). Unlike this, the SWE-bench harness keeps every file the model changed except the test
+patch's, a conftest.py included.
 """
 
 import ast
@@ -86,7 +87,7 @@ def source_only(diff: str, test_paths=frozenset()) -> tuple[str, list[str]]:
 
 def defined_classes(repo: Path) -> list[str]:
     """"module:qualname" of every class the source files of `repo` (not its tests) define: the base's classes, whose
-    values a grading run lets the tests compare as they are (composer/env/plain_values.py)."""
+    values a grading run lets the tests compare as they are (composer/env/containment/plain_values.py)."""
     found = []
     for path in sorted(Path(repo).rglob("*.py")):
         rel = path.relative_to(repo).as_posix()

@@ -1,6 +1,6 @@
 """Run untrusted Python (an agent's edits, a task's tests) in a contained, bounded subprocess.
 
-    from composer.env import sandbox
+    from composer.env.containment import sandbox
 
     run = sandbox.run_pytest(repo, ["tests/test_ops.py::test_mean_1"], timeout_s=20)
     run.outcomes                    # {"tests/test_ops.py::test_mean_1": False}
@@ -8,9 +8,10 @@
     sandbox.isolation()                      # what this host enforces (goes into reports)
     sandbox.guarantees()                     # what each containment mode holds, as booleans
 
-Beside it: composer.env.limits (the bounds of a run: Limits, its own uid, its memory cgroup), composer.env.worker
-(PytestWorker: a warm pytest for one episode's runs), composer.env.patches (paths inside a copy, diffs applied
-whole or not at all), composer.env.forkserver (fresh sandboxes with pytest preloaded).
+Beside it: composer.env.containment.limits (the bounds of a run: Limits, its own uid, its memory cgroup),
+composer.env.containment.worker (PytestWorker: a warm pytest for one episode's runs), composer.env.containment.patches
+(paths inside a copy, diffs applied whole or not at all), composer.env.containment.forkserver (fresh sandboxes with
+pytest preloaded).
 
 Threat model: the code a run executes is an adversary's (a policy under RL writes it). What it must not do
 is reach anything outside its own repository copy, outlive its run, exhaust the host, or forge the
@@ -24,7 +25,7 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
 - "root-ns" (Linux, root, bubblewrap `bwrap` and util-linux `setpriv`; the dev VM and CI, where
   `.ci/run` installs bubblewrap): each run (a cold run, or a PytestWorker's server and its runs) gets
   its own mount, PID, network, IPC and UTS namespaces. Cold pytest runs start from a fork server
-  (composer.env.forkserver: a trusted process with pytest imported that builds the same `layout` itself
+  (composer.env.containment.forkserver: a trusted process with pytest imported that builds the same `layout` itself
   for each run), other runs through bwrap. Its filesystem is built from nothing: the
   system's /usr (and /bin, /lib... links), a few /etc files (the loader cache, passwd, group, localtime;
   not /etc/shadow), the Python installation, all read-only; a fresh /proc and a minimal /dev; a private
@@ -44,7 +45,7 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
 - "plain" (anything else): rlimits and the process-group kill only. No network isolation; a child that
   calls setsid() survives the timeout kill; as root RLIMIT_NPROC is not enforced at all. Not contained.
 
-Outcomes. Per-test outcomes come from a small pytest plugin (composer/env/sandbox_plugin.py, its module name
+Outcomes. Per-test outcomes come from a small pytest plugin (composer/env/containment/sandbox_plugin.py, its module name
 suffixed per session) loaded with `-p` that sends each report's node id and phase down a pipe, each line
 carrying a per-run token; the plugin takes the pipe's number and the token out of the environment when pytest
 loads it, before any conftest or test module is imported, and closes its run with an end line. pytest is
@@ -52,10 +53,10 @@ pinned to the repository's own configuration file (`-c`, chosen by the trusted s
 `--confcutdir` are the repository, so no pytest.ini or conftest.py outside it steers a run. What this cannot
 stop: code imported by the tests runs in the same process as the plugin, so it can patch pytest or find the pipe
 and the token in memory. Grading therefore
-also resets every file that steers a test run to the base (composer.env.grading), plants canaries among the
-tests (composer.env.canaries), scans the changed source files (composer.env.tampering), and runs with
-`grading=True`: the values the tests compare made plain (composer/env/plain_values.py) and the repository copy
-read-only to the run. xfail counts as a pass and skip as a failure, as in SWE-bench's log parsers.
+also resets every file that steers a test run to the base (composer.env.defences.grading), plants canaries among the
+tests (composer.env.defences.canaries), scans the changed source files (composer.env.defences.tampering), and runs with
+`grading=True`: the values the tests compare made plain (composer/env/containment/plain_values.py) and the repository
+copy read-only to the run. xfail counts as a pass and skip as a failure, as in SWE-bench's log parsers.
 
 `PytestWorker` is the warm path for an agent's repeated test runs on one copy: a server started once
 inside the same sandbox (pid 1 of its namespaces, pytest imported) forks one child per run and kills every
@@ -64,7 +65,7 @@ next run starts a new one. It needs a PID namespace ("root-ns" or "user-ns"); in
 server cannot start, it falls back to cold run_pytest (see its docstring). Where cold runs start from the
 fork server (`forked_runs()`), they cost about what a warm run does, and CodingEnv uses no worker. Grading
 never goes through a worker: a submission is graded by a cold run in a fresh sandbox on a fresh copy
-(composer.env.grading).
+(composer.env.defences.grading).
 """
 
 import contextlib
@@ -83,10 +84,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.env import forkserver
-from composer.env.limits import (FILE_LIMIT_MB, UID_BASE, Cgroup, Limits, Uids, chown_tree, memory_cgroup,
-                                  own_task_count, readable_tree, tree_size)
-from composer.env.patches import SandboxError, read_regular, safe_path
+from composer.env.containment import forkserver
+from composer.env.containment.limits import (FILE_LIMIT_MB, UID_BASE, Cgroup, Limits, Uids, chown_tree,
+                                             memory_cgroup, own_task_count, readable_tree, tree_size)
+from composer.env.containment.patches import SandboxError, read_regular, safe_path
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 WATCH_S = 0.2  # how often a run's repository size is checked
@@ -95,8 +96,8 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd",
              "hosts", "alternatives")
 
 PLUGIN_NAME = "_composer_sandbox_plugin"  # + each session's own suffix (plugin_name): no repository file can shadow it
-# Loaded with -p, so imported before any conftest or test module (composer/env/sandbox_plugin.py; see the module
-# docstring for what remains possible from inside the test process).
+# Loaded with -p, so imported before any conftest or test module (composer/env/containment/sandbox_plugin.py; see the
+# module docstring for what remains possible from inside the test process).
 PLUGIN = (Path(__file__).with_name("sandbox_plugin.py")).read_text()
 PLAIN_VALUES = (Path(__file__).with_name("plain_values.py")).read_text()  # imported by the plugin when grading
 PLAIN_NAME = "_composer_plain_values"
@@ -159,7 +160,7 @@ def layout(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[tuple]:
     """A run's filesystem, built from nothing, as a list of operations in order: ("symlink", target, path),
     ("dir", path) (mode 0755), ("ro", path) / ("rw", path) (a bind of the host's path at the same place),
     ("dev",) (null, zero, full, random, urandom, tty), ("proc",), ("tmpfs", path, bytes) (mode 1777).
-    bubblewrap carries it out for cold runs and PytestWorkers (`_bwrap`), composer.env.forkserver for
+    bubblewrap carries it out for cold runs and PytestWorkers (`_bwrap`), composer.env.containment.forkserver for
     grading runs: one description, two executors."""
     ops = [("symlink", os.readlink(d), d) if os.path.islink(d) else ("ro", d) for d in SYSTEM_DIRS
            if os.path.islink(d) or os.path.isdir(d)]
@@ -532,8 +533,8 @@ def run_python(repo_dir: Path, args: list[str], *, extra_env: dict | None = None
 def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, known_classes=(), **limits) -> TestRun:
     """Run pytest once on `test_ids` (all collected tests when empty) under `Limits(**limits)`; outcome per node id.
     grading: a submission's graded run: the tests see the code under test's values made plain
-    (composer/env/plain_values.py; known_classes: "module:qualname" of the classes the base commit defines), and in
-    "root-ns" the repository is the caller's, read-only to the run (its code cannot rewrite the graded test files
+    (composer/env/containment/plain_values.py; known_classes: "module:qualname" of the classes the base commit defines),
+    and in "root-ns" the repository is the caller's, read-only to the run (its code cannot rewrite the graded test files
     or the canaries in them).
 
     pytest gets the ids' files and the plugin keeps just the ids, so one missing id does not
@@ -585,7 +586,8 @@ def _shadows(repo: Path, preloaded: frozenset) -> list[str]:
 
 
 def _forked(s: "_Session", args: list[str], extra: dict) -> tuple[int, str, bool, bytes]:
-    """One pytest run through the fork server (composer.env.forkserver) in a fresh sandbox of `s`'s layout."""
+    """One pytest run through the fork server (composer.env.containment.forkserver) in a fresh sandbox of `s`'s
+    layout."""
     lim = s.limits
     out_r, out_w = os.pipe()
     status_r, status_w = os.pipe()

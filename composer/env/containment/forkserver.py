@@ -1,15 +1,15 @@
 """A fork server that starts each pytest run in a fresh sandbox with pytest already imported (root, Linux).
 
-    server = forkserver.Server()            # started lazily by composer.env.sandbox.run_pytest in "root-ns" mode
+    server = forkserver.Server()            # started lazily by sandbox.run_pytest in "root-ns" mode
     server.send(request, [out_w, report_w, status_w])   # one run; see `_child` for the request's fields
-    python -m composer.env.forkserver FD    # the server process itself (FD: its end of a socket pair)
+    python -m composer.env.containment.forkserver FD    # the server process itself (FD: its end of a socket pair)
 
 Why: a cold sandboxed pytest run spends ~200 ms of CPU starting an interpreter and importing pytest, which a
 warm PytestWorker avoids only by reusing one sandbox for an episode's runs. Grading must not reuse anything a
 policy's code has run in, so it used to pay the cold price for every submission. Here a trusted process, root,
 outside any namespace, imports pytest once and never runs anything else; per run it forks a child that enters
-new mount, PID, network, IPC and UTS namespaces, builds the filesystem of composer.env.sandbox.layout (the same
-description bubblewrap carries out for the other runs), joins the run's memory cgroup, sets the rlimits, drops
+new mount, PID, network, IPC and UTS namespaces, builds the filesystem of composer.env.containment.sandbox.layout (the
+same description bubblewrap carries out for the other runs), joins the run's memory cgroup, sets the rlimits, drops
 to the run's uid with no capability and no_new_privs, and only then imports anything of the repository.
 
 Per run: the server forks C1 (unshares the namespaces, reports its pid, waits) and C1 forks C2, pid 1 of the
@@ -75,7 +75,7 @@ def _bind(source: str, target: str, read_only: bool, device: bool = False) -> No
 
 
 def _enter(layout: list, root: str) -> None:
-    """Build `layout` (composer.env.sandbox.layout) on a tmpfs at `root` and make it this process's /."""
+    """Build `layout` (composer.env.containment.sandbox.layout) on a tmpfs at `root` and make it this process's /."""
     os.umask(0o022)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of what follows reaches the host's mount table
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
@@ -284,8 +284,8 @@ class Server:
             # thread (a pool's), it would die with that thread. This one lives as long as the server, or the process.
             try:
                 box["proc"] = subprocess.Popen(
-                    [sys.executable, "-m", "composer.env.forkserver", str(theirs.fileno())], cwd="/", env=env,
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+                    [sys.executable, "-m", "composer.env.containment.forkserver", str(theirs.fileno())], cwd="/",
+                    env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
             except BaseException as e:
                 box["error"] = e
             finally:

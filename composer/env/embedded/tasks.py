@@ -1,6 +1,6 @@
 """Embedded SWE-bench-Lite-shaped coding tasks, generated offline and validated by running them.
 
-    from composer.env import tasks
+    from composer.env.embedded import tasks
 
     records = tasks.generate(50, seed=0, split="train")            # list of SWE-bench Lite records
     tasks.save_jsonl(records, "train.jsonl"); records = tasks.load_jsonl("train.jsonl")
@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from composer.env import patches, sandbox
-from composer.env import library
-from composer.env.mutations import MUTATIONS, Site, catalogue
+from composer.env.containment import patches, sandbox
+from composer.env.embedded import library
+from composer.env.embedded.mutations import MUTATIONS, Site, catalogue
 
 SCHEMA_FIELDS = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text",
                  "created_at", "version", "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit")
@@ -258,7 +258,7 @@ def _spec_of(instance: dict) -> _Spec:
     m = _ID.match(iid)
     if not str(instance.get("repo", "")).startswith(REPO_PREFIX) or not m:
         raise ValueError(f"{iid}: not an embedded task (repo {instance.get('repo')!r}); a real SWE-bench repo needs "
-                         "its instance image: CodingEnv runs it in a container (composer.env.container)")
+                         "its instance image: CodingEnv runs it in a container (composer.env.real.container)")
     families = tuple(f for i, f in enumerate(MUTATIONS) if int(m["x"], 16) >> i & 1)
     d = Difficulty(int(m["m"]), int(m["f"]), families, int(m["d"]))
     _check(d, m["split"])

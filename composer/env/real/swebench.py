@@ -1,6 +1,6 @@
 """SWE-bench records and predictions: load, validate, evaluate (embedded in the sandbox, real in containers).
 
-    from composer.env import swebench
+    from composer.env.real import swebench
 
     instances = swebench.load_instances("lite.jsonl")            # .json / .jsonl / .parquet / HF name / lite:train
     preds = swebench.load_predictions("preds.json")              # mini-swe-agent dict or a list
@@ -16,21 +16,21 @@ schema_version 2) plus `instances`: the per-instance `report.json` content of th
 `error` (None or why the instance errored).
 
 Both kinds are graded on the model patch without its tests and test-run configuration (conftest.py,
-pytest.ini, setup.cfg, pyproject.toml, *.pth, ...: composer.env.grading; listed in the report's
+pytest.ini, setup.cfg, pyproject.toml, *.pth, ...: composer.env.defences.grading; listed in the report's
 `tampering["reset"]`), stricter than the harness, which would let a conftest.py the model wrote steer its run; a
 model patch whose changed source files reach the grading's own machinery (`tampering["flagged"]`: the decisive
-findings of composer.env.tampering) is not resolved and not run unless flag_tampering=False, and the scan's other
-findings are listed for review (`tampering["review"]`), scoring nothing; canary tests planted among the task's
-tests at grading (composer.env.canaries) that come out wrong (`tampering["forged"]`) mean not resolved, whatever
-flag_tampering says. An empty patch is an empty-patch instance (never run), a patch that does not apply an error instance, as in
-the harness.
+findings of composer.env.defences.tampering) is not resolved and not run unless flag_tampering=False, and the scan's
+other findings are listed for review (`tampering["review"]`), scoring nothing; canary tests planted among the task's
+tests at grading (composer.env.defences.canaries) that come out wrong (`tampering["forged"]`) mean not resolved,
+whatever flag_tampering says. An empty patch is an empty-patch instance (never run), a patch that does not apply an
+error instance, as in the harness.
 
 Embedded records ("composer-embedded/..." repos) are evaluated here like the harness does it: the repo at
 base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS (renamed, among the canaries and the
-task's held-out probes, composer.env.probes, which must record the gold library's values: `probes` in the report) in
-one cold pytest run in a fresh sandbox, read-only to the run, with the values the tests compare made plain
+task's held-out probes, composer.env.defences.probes, which must record the gold library's values: `probes` in the
+report) in one cold pytest run in a fresh sandbox, read-only to the run, with the values the tests compare made plain
 (`sandbox.run_pytest(grading=True)`). Real records are graded by the swebench harness's own eval script and log parser in a fresh container
-from the instance image (composer.env.container; needs a container engine and the image); several at once with
+from the instance image (composer.env.real.container; needs a container engine and the image); several at once with
 max_workers.
 """
 
@@ -44,7 +44,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from composer.env import canaries, container, grading, patches, probes, sandbox, tampering, tasks
+from composer.env.containment import patches, sandbox
+from composer.env.defences import canaries, grading, probes, tampering
+from composer.env.embedded import tasks
+from composer.env.real import container
 from composer.paths import ROOT
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
@@ -178,7 +181,7 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
 
     timeout_s: per test run; None: EVAL_TIMEOUT_S on embedded records, REAL_TIMEOUT_S (the harness's default) on
     real ones. flag_tampering: a prediction whose source changes tamper with the test run (see
-    composer.env.grading.scan) is not resolved; False grades it on its tests alone."""
+    composer.env.defences.grading.scan) is not resolved; False grades it on its tests alone."""
     preds = {}
     for p in map(validate_prediction, predictions):
         if p["instance_id"] in preds:

@@ -1,6 +1,6 @@
 """Paths inside a repository copy, and the patches the trusted side applies to it.
 
-    from composer.env import patches
+    from composer.env.containment import patches
 
     patches.apply_unified_diff(repo, diff)   # -> ["calc/ops.py"]; PatchError (and nothing changed) if it fails
     patches.safe_path(repo, "calc/ops.py")   # SandboxError for ../x, /etc/passwd, escaping symlinks
@@ -135,7 +135,7 @@ def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
         env = None
     else:  # git apply is atomic; the ceiling keeps it from using an enclosing repository's root
         steps = [["git", "apply", "--whitespace=nowarn", "-p1"]]
-        from composer.env.sandbox import scrubbed_env  # it imports this module
+        from composer.env.containment.sandbox import scrubbed_env  # it imports this module
         env = {**scrubbed_env(), "GIT_CEILING_DIRECTORIES": str(repo.parent)}
     saved = _saved(repo, paths)
     dirs_before = {os.path.relpath(d, repo) for d, _, _ in os.walk(repo)}

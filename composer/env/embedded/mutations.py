@@ -1,6 +1,6 @@
 """Bug injection for embedded tasks: AST mutations that read like human slips, and the catalogue of bug sites.
 
-    from composer.env import mutations
+    from composer.env.embedded import mutations
 
     mutations.catalogue()          # every Site (module, unit, family, index, buggy source) of the library
     site.split                     # "train" or "test": a site belongs to one split by a fixed hash
@@ -17,7 +17,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 
-from composer.env.library import LIBRARY, units
+from composer.env.embedded.library import LIBRARY, units
 
 MUTATIONS = ("operator", "comparison", "off_by_one", "constant", "swapped_args", "wrong_variable",
              "missing_branch", "wrong_return")

@@ -1,11 +1,11 @@
 """The warm path for an agent's repeated test runs on one copy: a pytest server inside the run's sandbox.
 
-    from composer.env import worker
+    from composer.env.containment import worker
 
     with worker.PytestWorker(repo, timeout_s=20) as w:   # a warm pytest for one episode's runs
         run = w.run(["tests/test_ops.py::test_mean_1"])    # the same sandbox.TestRun as a cold run, ~3x cheaper
 
-See composer.env.sandbox's docstring for how it is contained and when it falls back to cold runs.
+See composer.env.containment.sandbox's docstring for how it is contained and when it falls back to cold runs.
 """
 
 import contextlib
@@ -20,11 +20,11 @@ import time
 import weakref
 from pathlib import Path
 
-from composer.env import sandbox
-from composer.env.limits import Limits, chown_tree
-from composer.env.patches import SandboxError
-from composer.env.sandbox import (TestRun, _cut_note, _drain, _kill_group, _Output, _pump, _pytest_once,
-                                  _Report, _Session, _shadows, run_pytest)
+from composer.env.containment import sandbox
+from composer.env.containment.limits import Limits, chown_tree
+from composer.env.containment.patches import SandboxError
+from composer.env.containment.sandbox import (TestRun, _cut_note, _drain, _kill_group, _Output, _pump, _pytest_once,
+                                              _Report, _Session, _shadows, run_pytest)
 
 # The worker's server: init (pid 1) of its own PID namespace, inside the same sandbox as a cold run. It
 # imports pytest once, then per request forks a child that runs pytest.main in the repo and exits. The child

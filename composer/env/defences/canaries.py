@@ -1,6 +1,6 @@
 """Canary tests: outcomes that must come out a certain way, planted among the task's tests at every grading.
 
-    from composer.env import canaries
+    from composer.env.defences import canaries
 
     planted = canaries.plant({"tests/test_ops.py": text}, fail_to_pass, pass_to_pass, random.Random())
     planted.files       # {path: text}: the test files to grade with (write them over the graded copy's)
@@ -29,7 +29,7 @@ off, a string with one character changed, added or dropped, a list with one item
 that of a test and its twins none looks more like the original; each gets TWINS twins, and one PASS_TO_PASS test
 one. Where no graded test of a file compares with a literal, a copy of a test with a false comparison at its end
 stands in. The canary that must pass compares builtins only. Grading plants the task's held-out probes beside them
-(composer.env.probes).
+(composer.env.defences.probes).
 
 What a forger can still do (the threat table in docs/sandbox.md): read the graded files while it runs and tell a
 test from its twins by the values it saw during its episode, then answer those inputs. Twins call the function
@@ -45,7 +45,7 @@ import random
 import string
 from dataclasses import dataclass, field
 
-from composer.env import probes as heldout
+from composer.env.defences import probes as heldout
 
 TWINS = 2  # must-fail copies of each FAIL_TO_PASS test (and one PASS_TO_PASS test gets one)
 MAX_TWINS_PER_FILE = 8
@@ -67,8 +67,8 @@ class Planted:
     def read(self, outcomes: dict[str, bool], *, missing=(), timed_out: bool = False,
              properties: dict | None = None) -> tuple[dict, list[str], list[str]]:
         """(the task's outcomes under its own ids, what the canaries say was forged: see the module docstring, the
-        probes whose recorded value is not the gold one: composer.env.probes), from a run's outcomes, missing ids
-        (those that gave no outcome at all) and recorded properties by the ids it ran."""
+        probes whose recorded value is not the gold one: composer.env.defences.probes), from a run's outcomes, missing
+        ids (those that gave no outcome at all) and recorded properties by the ids it ran."""
         missing = set(missing)
         mine = {tid: outcomes.get(new, False) for tid, new in self.renamed.items()}
         forged = []
@@ -90,7 +90,7 @@ class Planted:
 def plant(files: dict[str, str], fail_to_pass: list[str], pass_to_pass: list[str], rng: random.Random,
           held_out: list = ()) -> Planted:
     """Rename every test of `files` (path -> text), reorder them and plant canaries among them, and the held-out
-    probes (composer.env.probes) of their files; the ids are the graded ones (node ids in these files, or whole
+    probes (composer.env.defences.probes) of their files; the ids are the graded ones (node ids in these files, or whole
     files). A file that does not parse is left alone (its tests fail anyway)."""
     test_ids = [*fail_to_pass, *pass_to_pass]
     planted = Planted({}, {})
@@ -272,7 +272,7 @@ def _same_kind_char(c: str, rng: random.Random) -> str:
 def moved(value, rng: random.Random):
     """A value of value's kind that differs from it and would look as much like the original if the two were
     swapped (see the module docstring), or None where there is none (bool, None, NaN, other types). The probes
-    move arguments the same way (composer.env.probes)."""
+    move arguments the same way (composer.env.defences.probes)."""
     if isinstance(value, bool) or value is None or value is NOT_LITERAL:
         return None
     if isinstance(value, int):

@@ -1,6 +1,6 @@
 """What in an agent's changed source files reaches into the test run, read from their syntax trees.
 
-    from composer.env import tampering
+    from composer.env.defences import tampering
 
     found = tampering.scan({"calc/ops.py": base_text}, {"calc/ops.py": patched_text})
     # ["exec, eval or compile in calc/ops.py:31", "the grading's own names in calc/ops.py:40", ...]
@@ -28,7 +28,7 @@ are named for review (the trace record keeps them) and score nothing. Only `deci
 that reach the grading's own machinery, which no honest fix has a use for (0 of 1,498 real fixes has one): the
 outcome plugin's and the sandbox's names, tracing hooks, ending the process at once, a function's code swapped at
 run time, compiled files. The attacks themselves are scored by the layers that do not
-recognise anything: canaries (composer.env.canaries) catch forged outcomes however they were made, plain values
+recognise anything: canaries (composer.env.defences.canaries) catch forged outcomes however they were made, plain values
 undo rigged comparisons, and held-out probes catch answers hard-coded to the tests' inputs.
 """
 

@@ -1,6 +1,6 @@
 """Real SWE-bench instances in containers: one per episode from the instance image, grading in a fresh one.
 
-    from composer.env import container
+    from composer.env.real import container
 
     container.problems(record)                     # [] when the engine runs and the instance image is here
     ws = container.Workspace(record, Path("ep/repo"))     # /testbed copied out to ep/repo and mounted back
@@ -24,13 +24,13 @@ never applied to the copy). Grading (swebench 4.1.0, pinned in pyproject): in a 
 patch is applied the way the harness does (git apply, then with --reject, then patch --fuzz=5), then the harness's
 eval script for the instance runs (test files reset to the base commit, test patch applied, the spec's test
 command), and the harness's log parser and report decide: resolved when every FAIL_TO_PASS and PASS_TO_PASS test
-passes. composer.env.swebench.evaluate first drops test files and test configuration from the patch (a conftest.py
+passes. composer.env.real.swebench.evaluate first drops test files and test configuration from the patch (a conftest.py
 the agent wrote would steer the harness's run). What grading adds to the harness's way, as for embedded tasks: the
-changed source files are scanned (composer.env.tampering) before anything runs, and where the test command is
+changed source files are scanned (composer.env.defences.tampering) before anything runs, and where the test command is
 pytest, the eval script stops after applying the test patch while canaries are planted in the test files and the
-tests renamed (composer.env.canaries), and the instance's held-out probes planted beside them (held_out: computed
-once per image and instance from the gold patch and the base, in containers of their own, then cached); the tests
-then run with the values they compare made plain (GRADING_PLUGIN) and as an unprivileged uid that cannot change a
+tests renamed (composer.env.defences.canaries), and the instance's held-out probes planted beside them (held_out:
+computed once per image and instance from the gold patch and the base, in containers of their own, then cached); the
+tests then run with the values they compare made plain (GRADING_PLUGIN) and as an unprivileged uid that cannot change a
 file of the repository (READ_ONLY). The log parser's outcomes are read back under the task's names, and the
 probes' recorded outcomes are compared with the gold patch's outside the container.
 """
@@ -54,7 +54,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from composer import files, paths
-from composer.env import canaries, grading, patches, probes, real_probes, sandbox, tampering
+from composer.env.containment import patches, sandbox
+from composer.env.defences import canaries, grading, probes, real_probes, tampering
 
 NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
 LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
@@ -287,7 +288,7 @@ RUN_USER = "65534:65534"  # nobody: a grading's test run (see READ_ONLY)
 class Layers:
     """What grading adds to the harness's run on a pytest instance beside the canaries, each on unless turned off
     (bench env times each by grading without it; the tests show what each one catches)."""
-    probes: bool = True  # held-out probes (held_out, composer.env.real_probes)
+    probes: bool = True  # held-out probes (held_out, composer.env.defences.real_probes)
     plain_values: bool = True  # the values the tests compare made plain (GRADING_PLUGIN)
     read_only: bool = True  # the tests run as RUN_USER, the repository's files out of their reach (READ_ONLY)
 
@@ -300,9 +301,9 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     `probes` ({"total", "missed"}), from a fresh container.
 
     As the harness does it (see the module doc), with these additions: the changed source files are scanned
-    (composer.env.tampering; a patch with decisive findings is not run when flag_tampering), and where the test
-    command is pytest, the canaries (composer.env.canaries; the tests renamed alike) and the instance's held-out
-    probes (held_out) are planted in the test files after the test patch, and the tests run with plain values
+    (composer.env.defences.tampering; a patch with decisive findings is not run when flag_tampering), and where the test
+    command is pytest, the canaries (composer.env.defences.canaries; the tests renamed alike) and the instance's
+    held-out probes (held_out) are planted in the test files after the test patch, and the tests run with plain values
     (GRADING_PLUGIN), as a uid that cannot change the repository's files (READ_ONLY). A canary with the wrong
     outcome or a probe without the gold patch's outcome means not resolved."""
     from swebench.harness.constants import END_TEST_OUTPUT
@@ -408,17 +409,17 @@ def _run(box: Container, lines: list[str], *, timeout_s: float, read_only: bool)
 
 
 # Loaded with -p by every grading run of a pytest instance. It writes each test call's recorded properties (the
-# probes' outcomes: composer.env.real_probes) to a log that grading reads after the run, and it makes the values
-# the tests compare plain (composer/env/plain_values.py), as the sandbox's outcome plugin does for embedded tasks;
-# the outcomes still come from the harness's log parser. The base's classes come in a file (a large repository's
-# list is past what one environment variable may hold). Where the image's Python cannot import the plain-values
-# module (it is imported before any code of the repository runs, so only the image decides that), the run goes on
-# without that layer and says so (PLAIN_OFF), and grading reports it off: an image's Python must not fail an
-# honest fix. Plain values load on every pytest instance, not only where the syntax scan (composer.env.tampering)
-# named something, which is how it was: a layer that a word list gates is skipped by an attack the list misses.
-# On real libraries' own suites the wrapping changes a few honest outcomes (one of flask's 482, one of xarray's
-# 218 tests) and slows a whole suite 2-6x (docs/sandbox.md); on the shipped marshmallow instance it changes none
-# and costs well under a second a grading (bench env).
+# probes' outcomes: composer.env.defences.real_probes) to a log that grading reads after the run, and it makes the
+# values the tests compare plain (composer/env/containment/plain_values.py), as the sandbox's outcome plugin does for
+# embedded tasks; the outcomes still come from the harness's log parser. The base's classes come in a file (a large
+# repository's list is past what one environment variable may hold). Where the image's Python cannot import the
+# plain-values module (it is imported before any code of the repository runs, so only the image decides that), the run
+# goes on without that layer and says so (PLAIN_OFF), and grading reports it off: an image's Python must not fail an
+# honest fix. Plain values load on every pytest instance, not only where the syntax scan
+# (composer.env.defences.tampering) named something, which is how it was: a layer that a word list gates is skipped by
+# an attack the list misses. On real libraries' own suites the wrapping changes a few honest outcomes (one of flask's
+# 482, one of xarray's 218 tests) and slows a whole suite 2-6x (docs/sandbox.md); on the shipped marshmallow instance it
+# changes none and costs well under a second a grading (bench env).
 PLAIN_OFF = "composer: plain values off: "
 GRADING_PLUGIN = """import importlib, json, os, sys
 
@@ -452,8 +453,9 @@ MAX_LOG = 1 << 20  # bytes of the plugin's log read back (the run's uid can writ
 
 
 def _base_classes(box: Container, before: dict[str, bytes | None]) -> list[str]:
-    """composer.env.grading.defined_classes of the container's /testbed with the patch's files as they were before
-    it (`before`: path -> bytes, None where the patch made the file): the base commit's classes, and the tests'."""
+    """composer.env.defences.grading.defined_classes of the container's /testbed with the patch's files as they were
+    before it (`before`: path -> bytes, None where the patch made the file): the base commit's classes, and the
+    tests'."""
     with tempfile.TemporaryDirectory(prefix="composer-base-") as tmp:
         root = Path(tmp).resolve()
         box.copy_out("cd /testbed && find . -name '*.py' -not -path './.git/*' -print0 | tar --null -T - -cf -", root)
@@ -499,8 +501,8 @@ def _read_log(box: Container, log: str) -> str:
 
 
 def held_out(record: dict, *, limits: Limits = Limits()) -> real_probes.Held:
-    """The instance's held-out probes (composer.env.real_probes), from the composer cache (COMPOSER_CACHE; never
-    where a policy's code can write), keyed by the image's id, the instance's id and record and
+    """The instance's held-out probes (composer.env.defences.real_probes), from the composer cache (COMPOSER_CACHE;
+    never where a policy's code can write), keyed by the image's id, the instance's id and record and
     real_probes.VERSION, or computed (compute_probes) and cached there. A computation that an error stopped (the
     gold patch or the test patch not applying, a container that did not start) is not cached, and the instance
     gets no probes that time, saying why."""

@@ -1,16 +1,16 @@
 """Held-out probes: the task's own FAIL_TO_PASS calls on inputs no test shows, whose expected values never enter
 the test process.
 
-    from composer.env import probes
+    from composer.env.defences import probes
 
     held = probes.held_out(instance)   # [Probe("tests/test_ops.py", (), "mean([1, 2, 4])", 2.3333333333333335), ...]
-    probes.source(held[0], "test_qkzvhuemtr")   # the probe test grading plants (composer.env.canaries)
+    probes.source(held[0], "test_qkzvhuemtr")   # the probe test grading plants (composer.env.defences.canaries)
     probes.matches(held[0], "2.3333333333333335")   # True: the value the run recorded equals the gold one
 
 The tests a policy can read (its episode's copy, or the graded files while its code runs) fix their inputs and
 expected values, so code that answers those inputs from the test files, or from what it saw, passes them with the
 bug in place. A probe calls the buggy function on an input of its own (one literal argument of a FAIL_TO_PASS
-case moved as composer.env.canaries moves a compared value) and only records what comes back
+case moved as composer.env.defences.canaries moves a compared value) and only records what comes back
 (`record_property`); grading compares that with the gold library's value outside the test process. Code passes a
 probe only by computing the function correctly on an input it has not seen. Probes are chosen where the base
 commit's buggy code gives another value (or raises), so each one fails while the bug is in place; up to
@@ -18,10 +18,10 @@ PER_TASK of them, from every FAIL_TO_PASS case that calls the function with lite
 shows on no moved input gets none.
 
 Embedded tasks: the expected values come from the task generator's gold library (a real SWE-bench instance's come
-from its gold patch run in its image: composer.env.real_probes). The probes of a task are fixed (drawn from a
-generator seeded by its instance id), computed once (both libraries run in the sandbox, composer.env.tasks.PROBE,
-since a mutated function may loop on an input it was never tried on: about 0.25 s a task) and cached under the
-composer cache, never where a policy's code can write.
+from its gold patch run in its image: composer.env.defences.real_probes). The probes of a task are fixed (drawn from a
+generator seeded by its instance id), computed once (both libraries run in the sandbox,
+composer.env.embedded.tasks.PROBE, since a mutated function may loop on an input it was never tried on: about 0.25 s a
+task) and cached under the composer cache, never where a policy's code can write.
 """
 
 import ast
@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer import files, paths
-from composer.env import sandbox, tasks
+from composer.env.containment import sandbox
+from composer.env.embedded import tasks
 
 VERSION = 1  # of how probes are made: part of their cache key
 PER_TASK = 4
@@ -64,7 +65,7 @@ def matches(probe: Probe, recorded) -> bool:
 
 def equal(expected, recorded) -> bool:
     """Whether `recorded` is a repr that spells a value equal to `expected` (==); real instances' probes compare so
-    too (composer.env.real_probes)."""
+    too (composer.env.defences.real_probes)."""
     try:
         return type(recorded) is str and ast.literal_eval(recorded) == expected
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -84,7 +85,7 @@ def _cached(instance_json: str) -> tuple[Probe, ...]:
 
 
 def _make(instance_json: str) -> list[Probe]:
-    from composer.env.canaries import NOT_LITERAL, literal
+    from composer.env.defences.canaries import NOT_LITERAL, literal
     instance = json.loads(instance_json)
     task = tasks._build(tasks._spec_of(instance))
     rng = random.Random(hashlib.sha256(instance["instance_id"].encode()).digest())
@@ -131,8 +132,8 @@ def _literal_of(result):
 
 
 def _with_argument_moved(expr: str, slot: int, rng) -> str | None:
-    """The call `expr` with its slot-th literal argument moved (composer.env.canaries.moved), or None."""
-    from composer.env.canaries import NOT_LITERAL, literal, moved
+    """The call `expr` with its slot-th literal argument moved (composer.env.defences.canaries.moved), or None."""
+    from composer.env.defences.canaries import NOT_LITERAL, literal, moved
     tree = ast.parse(expr, mode="eval")
     call = tree.body
     nodes = [a for a in [*call.args, *(k.value for k in call.keywords)] if literal(a) is not NOT_LITERAL]
