@@ -1,11 +1,15 @@
-"""What bounds a sandboxed run: its limits, its own uid, its memory cgroup, and the repository copy's size.
+"""What bounds a sandboxed run: its limits, its own uid, its memory cgroup, the repository copy's size, and the
+variables it sees.
 
     from composer.env.containment import limits
 
     limits.Limits(timeout_s=20, memory_mb=1024)    # every bound of one run (sandbox.run_pytest takes them)
     uid = limits.Uids.take(); limits.Uids.give_back(uid)    # a uid no live sandbox on this host holds
+    limits.scrubbed_env()                          # the only variables a child sees: none of the parent's
 
 See composer.env.containment.sandbox's docstring for what each bound holds in each containment mode.
+SandboxError (what the sandbox refuses) and scrubbed_env live here, at the bottom: patches and sandbox both import
+them, and this module imports neither.
 """
 
 import contextlib
@@ -20,12 +24,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.env.containment.patches import SandboxError
-
 FILE_LIMIT_MB = 64
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Per-run uids live far above any real account (and below 2^31, where setresuid's -1 sentinel sits).
 UID_BASE = 1_500_000_000
 UID_SPAN = 1 << 24
+
+
+class SandboxError(Exception):
+    """A path or an input that the sandbox refuses (escapes the repo, malformed)."""
+
+
+def scrubbed_env(home: str | Path | None = None) -> dict:
+    """The only variables a child sees: nothing inherited from the parent."""
+    home = str(home or tempfile.gettempdir())
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{SAFE_PATH}",
+        "LANG": "C.UTF-8",
+        "HOME": home,
+        "TMPDIR": home,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",  # a child killed at the timeout still shows what it printed
+    }
 
 
 @dataclass(frozen=True)

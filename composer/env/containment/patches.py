@@ -19,9 +19,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-
-class SandboxError(Exception):
-    """A path or an input that the sandbox refuses (escapes the repo, malformed)."""
+from composer.env.containment.limits import SandboxError, scrubbed_env
 
 
 class PatchError(SandboxError):
@@ -135,7 +133,6 @@ def apply_unified_diff(repo_dir: Path, diff: str) -> list[str]:
         env = None
     else:  # git apply is atomic; the ceiling keeps it from using an enclosing repository's root
         steps = [["git", "apply", "--whitespace=nowarn", "-p1"]]
-        from composer.env.containment.sandbox import scrubbed_env  # it imports this module
         env = {**scrubbed_env(), "GIT_CEILING_DIRECTORIES": str(repo.parent)}
     saved = _saved(repo, paths)
     dirs_before = {os.path.relpath(d, repo) for d, _, _ in os.walk(repo)}

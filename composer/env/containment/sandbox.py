@@ -85,11 +85,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer.env.containment import forkserver
-from composer.env.containment.limits import (FILE_LIMIT_MB, UID_BASE, Cgroup, Limits, Uids, chown_tree,
-                                             memory_cgroup, own_task_count, readable_tree, tree_size)
-from composer.env.containment.patches import SandboxError, read_regular, safe_path
+from composer.env.containment.limits import (FILE_LIMIT_MB, UID_BASE, Cgroup, Limits, SandboxError, Uids,
+                                             chown_tree, memory_cgroup, own_task_count, readable_tree, scrubbed_env,
+                                             tree_size)
+from composer.env.containment.patches import read_regular, safe_path
 
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 WATCH_S = 0.2  # how often a run's repository size is checked
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
@@ -127,21 +127,6 @@ class TestRun:
     error: str | None
     missing: tuple[str, ...] = ()  # requested ids that gave no outcome at all (not collected, never reached)
     properties: dict | None = None  # node id -> what its call recorded (record_property), when any did
-
-
-def scrubbed_env(home: str | Path | None = None) -> dict:
-    """The only variables a child sees: nothing inherited from the parent."""
-    home = str(home or tempfile.gettempdir())
-    return {
-        "PATH": f"{Path(sys.executable).parent}:{SAFE_PATH}",
-        "LANG": "C.UTF-8",
-        "HOME": home,
-        "TMPDIR": home,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONUNBUFFERED": "1",  # a child killed at the timeout still shows what it printed
-    }
 
 
 # --- isolation mode ------------------------------------------------------------------------

@@ -21,8 +21,7 @@ import weakref
 from pathlib import Path
 
 from composer.env.containment import sandbox
-from composer.env.containment.limits import Limits, chown_tree
-from composer.env.containment.patches import SandboxError
+from composer.env.containment.limits import Limits, SandboxError, chown_tree
 from composer.env.containment.sandbox import (TestRun, _cut_note, _drain, _kill_group, _Output, _pump, _pytest_once,
                                               _Report, _Session, _shadows, run_pytest)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from composer import files, paths
 from composer.env.containment import sandbox
+from composer.env.defences.literals import NOT_LITERAL, literal, moved
 from composer.env.embedded import tasks
 
 VERSION = 1  # of how probes are made: part of their cache key
@@ -85,7 +86,6 @@ def _cached(instance_json: str) -> tuple[Probe, ...]:
 
 
 def _make(instance_json: str) -> list[Probe]:
-    from composer.env.defences.canaries import NOT_LITERAL, literal
     instance = json.loads(instance_json)
     task = tasks._build(tasks._spec_of(instance))
     rng = random.Random(hashlib.sha256(instance["instance_id"].encode()).digest())
@@ -132,8 +132,7 @@ def _literal_of(result):
 
 
 def _with_argument_moved(expr: str, slot: int, rng) -> str | None:
-    """The call `expr` with its slot-th literal argument moved (composer.env.defences.canaries.moved), or None."""
-    from composer.env.defences.canaries import NOT_LITERAL, literal, moved
+    """The call `expr` with its slot-th literal argument moved (composer.env.defences.literals.moved), or None."""
     tree = ast.parse(expr, mode="eval")
     call = tree.body
     nodes = [a for a in [*call.args, *(k.value for k in call.keywords)] if literal(a) is not NOT_LITERAL]

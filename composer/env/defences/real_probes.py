@@ -30,7 +30,7 @@ import random
 import textwrap
 from dataclasses import dataclass
 
-from composer.env.defences import canaries, probes
+from composer.env.defences import canaries, literals, probes
 
 VERSION = 1  # of how real probes are made and run: part of their cache key
 MAX_CANDIDATES = 64  # tried per instance (each a test in the one-time runs)
@@ -151,7 +151,7 @@ def _slots(setup: list, call: ast.Call) -> list[tuple[object, str, int | None]]:
     """Where the literal inputs of a call sit, as (parent node, field, index in the field's list or None): the
     literal arguments of the call and of calls inside it, and the last value each name the call reads was given in
     the setup, where that is a literal assignment."""
-    movable = lambda node: canaries.moved(canaries.literal(node), random.Random(0)) is not None  # noqa: E731
+    movable = lambda node: literals.moved(literals.literal(node), random.Random(0)) is not None  # noqa: E731
     found = []
     for node in ast.walk(call):
         if isinstance(node, ast.Call):
@@ -172,14 +172,14 @@ def _slots(setup: list, call: ast.Call) -> list[tuple[object, str, int | None]]:
 
 def _moved(setup: list, stmt, rng: random.Random) -> tuple[tuple[str, ...], str] | None:
     """(setup sources, the call's source) with one literal input of the call moved
-    (composer.env.defences.canaries.moved), on copies of the test's nodes; None where the draw gave nothing new."""
+    (composer.env.defences.literals.moved), on copies of the test's nodes; None where the draw gave nothing new."""
     setup, stmt = copy.deepcopy(setup), copy.deepcopy(stmt)
     call = _call(stmt)
     slots = _slots(setup, call)
     parent, field, index = slots[rng.randrange(len(slots))]
     node = getattr(parent, field) if index is None else getattr(parent, field)[index]
-    new = canaries.moved(canaries.literal(node), rng)
-    if new is None or new == canaries.literal(node):
+    new = literals.moved(literals.literal(node), rng)
+    if new is None or new == literals.literal(node):
         return None
     replacement = ast.parse(repr(new), mode="eval").body
     if index is None:
