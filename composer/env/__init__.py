@@ -1,4 +1,4 @@
-"""The coding environment, on four floors; each imports only the floors below it.
+"""The coding environment, on four floors; each imports only the floors below it (tests/test_layout.py checks).
 
     from composer.env.environment import CodingAction, CodingEnv, EnvConfig   # the environment itself
     python -m composer serve-env --tasks 20                                    # served over WebSocket (server.py)

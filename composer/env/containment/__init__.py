@@ -8,7 +8,8 @@ Owns sandbox (containment modes and runs; its docstring holds the threat model),
 and memory cgroup, the variables it sees, SandboxError), patches (paths inside a copy, diffs applied whole or not
 at all), forkserver (fresh sandboxes with pytest preloaded), worker (a warm pytest for one episode's runs), and the
 two files every sandboxed pytest loads: sandbox_plugin (the outcome plugin) and plain_values (what the plugin loads
-when grading: a grading layer, kept here because the sandbox writes it into each run).
+when grading: a grading layer, composer/env/defences/README.md, kept here because the sandbox writes it into
+each run).
 
 Imports nothing of composer: the bottom floor. Within it limits is lowest, then patches, then sandbox.
 """

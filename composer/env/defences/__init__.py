@@ -8,7 +8,7 @@ Owns grading (what of an agent's diff a grading run sees), canaries (tests plant
 come out a certain way), probes (held-out inputs whose expected values never enter the test process), real_probes
 (the same on a real test suite), literals (how canaries and probes move a literal) and tampering (the syntax-tree
 scan of changed source files). The layers against forged rewards and what still gets through, in one table:
-docs/sandbox.md. tests/test_env_attacks.py plays the attacks through the environment's tools.
+README.md beside this file. tests/test_env_attacks.py plays the attacks through the environment's tools.
 
 Imports composer.env.containment and composer.env.embedded (probes run the gold and buggy libraries in the
 sandbox), composer.files and composer.paths; never composer.env.real or the environment, which use these layers.

@@ -31,8 +31,8 @@ one. Where no graded test of a file compares with a literal, a copy of a test wi
 stands in. The canary that must pass compares builtins only. Grading plants the task's held-out probes beside them
 (composer.env.defences.probes).
 
-What a forger can still do (the threat table in docs/sandbox.md): read the graded files while it runs and tell a
-test from its twins by the values it saw during its episode, then answer those inputs. Twins call the function
+What a forger can still do (the threat table in README.md beside this module): read the graded files while it runs and
+tell a test from its twins by the values it saw during its episode, then answer those inputs. Twins call the function
 with the same arguments as their test, so answering by arguments is enough, and a forger that does not know the
 values can still guess each test's original from its twins (a red team's generic forger won 17 of 40 tasks so).
 The probes close that route where a task has them: inputs no file holds, values the process never sees.
