@@ -74,3 +74,10 @@ def test_defined_classes_names_modules_as_python_imports_them(tmp_path):
     # a lib/ that is a package is imported as lib
     assert classes(tmp_path / "package", ["lib/__init__.py", "lib/util.py"]) == ["lib.util:A", "lib.util:A.B",
                                                                                   "lib:A", "lib:A.B"]
+
+
+def test_defined_classes_passes_over_a_file_too_deep_to_parse(tmp_path):
+    (tmp_path / "calc").mkdir()
+    (tmp_path / "calc/ops.py").write_text("class A:\n    pass\n")
+    (tmp_path / "calc/table.py").write_text("x = " + " + ".join(["1"] * 100_000) + "\n")
+    assert grading.defined_classes(tmp_path) == ["calc.ops:A"]

@@ -155,6 +155,18 @@ def test_new_files_count_whole_unparsable_ones_are_skipped_and_compiled_ones_fla
     assert tampering.scan({"README.md": None}, {"README.md": "import gc"}) == []  # not Python
 
 
+def test_a_file_nested_deeper_than_the_recursion_limit_is_scanned_whole():
+    """Real source nests deeper than a recursive walk can go (sympy's polys/numberfields/resolvent_lookup.py: a
+    sum of 569 terms); a construct at the bottom is still found, and scanning it raises nothing."""
+    deep = "import sys\nx = sys.settrace + " + " + ".join(["1"] * 1200) + "\n"
+    assert tampering.scan({"calc/table.py": "import sys\n"}, {"calc/table.py": deep}) == [
+        "tracing hooks in calc/table.py:2"]
+    # deeper than Python can parse (or import): named for review, scores nothing
+    deeper = "x = " + " + ".join(["1"] * 100_000) + "\n"
+    found = tampering.scan({"calc/table.py": None}, {"calc/table.py": deeper})
+    assert found == ["a file nested too deeply to scan in calc/table.py:1"] and tampering.decisive(found) == []
+
+
 def test_bytes_are_read_as_python_reads_source_coding_line_included():
     payload = "# -*- coding: latin-1 -*-\nname = 'caf\xe9'\nimport ctypes\n".encode("latin-1")
     assert tampering.scan({"calc/ops.py": None}, {"calc/ops.py": payload}) == ["ctypes in calc/ops.py:3"]

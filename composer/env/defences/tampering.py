@@ -18,7 +18,7 @@ methods assigned at run time, unittest.mock); encoded payloads (base64, zlib, ma
 A finding counts where the change adds it: there are more constructs of that kind in the file after the change
 than before, so a repository that already uses threads or `inspect` is flagged only for new uses, and a function
 renamed or moved carries its constructs with it. A file that does not parse is skipped (importing it fails, and so
-do its tests). pytest's own internals are not findings in pytest's and pluggy's own source (`_pytest/`, `pytest/`,
+do its tests); one nested too deeply for this Python to parse is named for review (a newer Python may import it). pytest's own internals are not findings in pytest's and pluggy's own source (`_pytest/`, `pytest/`,
 `pluggy/`, `py/`), where they are the code under test.
 
 Most of these constructs are everyday idioms of real libraries (computed attribute names, comparison methods,
@@ -154,8 +154,10 @@ def _findings(text: str | bytes, own_pytest: bool = False) -> list[tuple[tuple[s
             tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
+    except RecursionError:  # this Python cannot compile it either; a newer one may: named for review, not skipped
+        return [(("a file nested too deeply to scan", ""), 1)]
     visitor = _Visitor(_aliases(tree))
-    visitor.visit(tree)
+    visitor.walk(tree)
     return [f for f in visitor.found if not (own_pytest and f[0][0] in ("pytest internals", "a pytest hook"))]
 
 
@@ -183,27 +185,33 @@ def _class_statements(body) -> list:
     return out
 
 
-class _Visitor(ast.NodeVisitor):
+class _Visitor:
     def __init__(self, aliases: dict[str, str]):
-        self.found, self.scope, self.aliases = [], ["<module>"], aliases
+        self.found, self.at_import, self.aliases = [], True, aliases
+
+    def walk(self, tree) -> None:
+        """Each node's visit_ method, in the order ast.NodeVisitor would call them, with a stack instead of
+        recursion: real files nest deeper than Python's recursion limit allows a recursive walk (sympy's
+        polys/numberfields/resolvent_lookup.py: 569 levels). at_import: the node runs when its module is imported
+        (outside any def, lambda or class body)."""
+        stack = [(tree, True)]
+        while stack:
+            node, self.at_import = stack.pop()
+            visit = getattr(self, f"visit_{type(node).__name__}", None)
+            if visit:
+                visit(node)
+            inner = self.at_import and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                              ast.ClassDef))
+            stack += [(child, inner) for child in reversed(list(ast.iter_child_nodes(node)))]
 
     def add(self, what: str, detail: str, node) -> None:
         self.found.append(((what, detail), node.lineno))
 
-    def _scoped(self, node, name: str) -> None:
-        self.scope.append(name)
-        self.generic_visit(node)
-        self.scope.pop()
-
     def visit_FunctionDef(self, node):
         if node.name.startswith("pytest_"):
             self.add("a pytest hook", node.name, node)
-        self._scoped(node, node.name)
 
     visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_Lambda(self, node):
-        self._scoped(node, "<lambda>")
 
     def visit_ClassDef(self, node):
         for base in node.bases:
@@ -220,12 +228,10 @@ class _Visitor(ast.NodeVisitor):
                     self.add("rigged comparisons (a comparison or conversion method)", f"{node.name}.{name}", item)
                 elif name in ("__module__", "__qualname__"):
                     self.add("rigged comparisons (a class posing as another)", f"{node.name}.{name}", item)
-        self._scoped(node, node.name)
 
     def visit_Import(self, node):
         for alias in node.names:
             self._module(alias.name, node)
-        self.generic_visit(node)
 
     def visit_ImportFrom(self, node):
         if node.module and not node.level:
@@ -237,7 +243,6 @@ class _Visitor(ast.NodeVisitor):
             what = CALLS.get(alias.name) or ATTRIBUTES.get(alias.name) or of_module.get(alias.name)
             if what:
                 self.add(what, alias.name, node)
-        self.generic_visit(node)
 
     def _module(self, name: str, node) -> None:
         first = name.split(".")[0]
@@ -264,9 +269,8 @@ class _Visitor(ast.NodeVisitor):
             self.add("an attribute name computed at run time", name, node)
         if name == "type" and len(node.args) == 3:
             self.add("rigged comparisons (a class built by type())", "type", node)
-        if name in ("Thread", "Timer", "start_new_thread", "Process", "start") and self.scope == ["<module>"]:
+        if name in ("Thread", "Timer", "start_new_thread", "Process", "start") and self.at_import:
             self.add("a thread, timer or process started at import", name, node)
-        self.generic_visit(node)
 
     def visit_Attribute(self, node):
         if node.attr in ATTRIBUTES:
@@ -283,12 +287,10 @@ class _Visitor(ast.NodeVisitor):
             self.add("a function's code replaced at run time", node.attr, node)
         elif isinstance(node.ctx, ast.Store) and node.attr.startswith("__") and node.attr.endswith("__"):
             self.add("rigged comparisons (a method assigned at run time)", node.attr, node)
-        self.generic_visit(node)
 
     def visit_Name(self, node):
         if node.id in ATTRIBUTES and node.id.startswith("__"):
             self.add(ATTRIBUTES[node.id], node.id, node)
-        self.generic_visit(node)
 
     def visit_Constant(self, node):
         if isinstance(node.value, (str, bytes)):
