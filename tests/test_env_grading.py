@@ -3,6 +3,7 @@
 import pytest
 
 from composer.env.defences import grading
+from real_fixes import real_fixes
 
 GIT = ("diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -3,2 +3,3 @@\n x = 1\n"
        "+import ctypes\n y = 2\n"
@@ -15,7 +16,8 @@ PLAIN = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n--- a/
 @pytest.mark.parametrize("path, steers", [
     ("conftest.py", True), ("pkg/sub/conftest.py", True), ("pytest.ini", True), ("tox.ini", True),
     ("setup.cfg", True), ("pyproject.toml", True), ("x.pth", True), ("sitecustomize.py", True),
-    ("test_ops.py", True), ("ops_test.py", True), ("tests/test_ops.py", True),
+    ("test_ops.py", True), ("ops_test.py", True), ("tests/test_ops.py", True), ("pkg/tests/sub/test_x.py", True),
+    ("sympy/testing/tests/test_code_quality.py", True), ("testing/ops_test.py", True), ("test/test_ops.py", True),
     ("calc/__pycache__/ops.cpython-311.pyc", True), ("calc/ops.pyc", True), ("calc/__pycache__/x.txt", True),
     ("calc/ops.py", False), ("calc/contest.py", False), ("README.md", False), ("latest.py", False),
 ])
@@ -29,13 +31,20 @@ LIBRARY_IN_TEST_FOLDERS = ["django/test/testcases.py", "django/test/utils.py", "
                            "lib/matplotlib/testing/decorators.py", "astropy/tests/runner.py",
                            "astropy/tests/helper.py", "sphinx/testing/fixtures.py", "xarray/testing.py",
                            "xarray/testing/assertions.py", "pylint/testutils/checker_test_case.py",
-                           "sklearn/utils/_testing.py"]
+                           "sklearn/utils/_testing.py", "pylint/testutils/lint_module_test.py",
+                           "pylint/testutils/configuration_test.py", "pylint/testutils/functional/test_file.py",
+                           "astroid/test_utils.py"]
 
 
 @pytest.mark.parametrize("path", LIBRARY_IN_TEST_FOLDERS)
 def test_library_code_in_folders_named_like_tests_is_kept(path):
     tests = {"tests/admin_views/tests.py", "astropy/units/tests/test_quantity.py", "sympy/core/tests/test_basic.py"}
     assert not grading.steers_tests(path, tests) and not grading.steers_tests(path)
+
+
+def test_no_file_of_a_real_honest_fix_is_reset():
+    files = {path for fix in real_fixes() for path in fix["files"]}
+    assert len(files) > 1000 and sorted(p for p in files if grading.steers_tests(p)) == []
 
 
 def test_the_tasks_test_folders_are_the_tests_own():

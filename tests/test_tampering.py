@@ -1,21 +1,16 @@
 """composer.env.defences.tampering: the syntax-tree scan of changed source files."""
 
 import collections
-import json
-import lzma
 import random
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from composer.env.defences import tampering
 from composer.env.embedded import tasks
+from real_fixes import real_fixes
 
-# Real honest fixes of SWE-bench Lite's repositories (data/real-fixes/README.md: provenance and licences): the
-# whole changed library files before and after bug-fix commits, patch releases and patches a SWE-bench harness
-# resolved. No honest fix may score 0.
-REAL_FIXES = sorted((Path(__file__).resolve().parents[1] / "data/real-fixes").glob("*.json.xz"))
+# No honest fix of tests/real_fixes.py may score 0.
 MAX_FLAGGED = 0.01  # the share of a repository's honest fixes the scan may score 0; resolved patches: none
 
 BASE = textwrap.dedent('''\
@@ -178,11 +173,6 @@ def test_no_gold_patch_of_the_embedded_tasks_is_flagged():
             task = tasks._build(tasks._spec_of(record))
             path, gold = task.gold_file
             assert tampering.scan({path: task.base[path]}, {path: gold}) == []
-
-
-def real_fixes():
-    for path in REAL_FIXES:
-        yield from json.loads(lzma.decompress(path.read_bytes()))
 
 
 def decisive(fix) -> list[str]:

@@ -11,11 +11,11 @@ So a grading run (composer.env.real.swebench.evaluate) takes from the agent only
 configuration of the test run: `steers_tests` names the rest (conftest.py anywhere; pytest.ini, .pytest.ini,
 tox.ini, setup.cfg, pyproject.toml; *.pth; sitecustomize.py and usercustomize.py; compiled files (*.pyc, *.pyo,
 __pycache__/), which Python would load instead of the source the scan reads; test files by pytest's default
-naming; the task's test_patch files and every file in a folder that holds one of them: the tests' own helpers and
-fixtures). Those come from the base commit and the test patch, and every one the agent changed is listed as
+naming at the repository's top or under a test/, tests/ or testing/ folder; the task's test_patch files and every
+file in a folder that holds one of them: the tests' own helpers and fixtures). Those come from the base commit and the test patch, and every one the agent changed is listed as
 "reset". A folder's name alone decides nothing: in real repositories `django/test/`, `sympy/testing/`,
-`lib/matplotlib/testing/` and `astropy/tests/` are library source the library itself imports, and a fix there is
-graded with its change applied. The sandbox
+`lib/matplotlib/testing/` and `astropy/tests/` are library source the library itself imports, and so are files named
+like tests elsewhere (`pylint/testutils/lint_module_test.py`); a fix there is graded with its change applied. The sandbox
 (composer.env.containment.sandbox) pins pytest's configuration file, rootdir and confcutdir, so nothing outside the copy
 steers the run either, and grading always runs cold in a fresh sandbox on a fresh copy, so nothing a run_tests
 call left behind is there.
@@ -32,6 +32,9 @@ from pathlib import Path, PurePosixPath
 
 CONFIG_NAMES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
                           "sitecustomize.py", "usercustomize.py"})
+# A file named like a test is a test at the repository's top or in such a folder; elsewhere it is library code
+# (pylint/testutils/lint_module_test.py, astroid/test_utils.py: the libraries import them).
+TEST_FOLDERS = frozenset({"test", "tests", "testing"})
 
 
 def steers_tests(path: str, test_paths=frozenset()) -> bool:
@@ -42,7 +45,8 @@ def steers_tests(path: str, test_paths=frozenset()) -> bool:
     name = p.name
     return (path in test_paths or name in CONFIG_NAMES or name.endswith((".pth", ".pyc", ".pyo"))
             or "__pycache__" in p.parts
-            or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
+            or (name.startswith("test_") and name.endswith(".py") or name.endswith("_test.py"))
+            and (len(p.parts) == 1 or not TEST_FOLDERS.isdisjoint(p.parts[:-1]))
             or p.parent in {PurePosixPath(t).parent for t in test_paths} - {PurePosixPath(".")})
 
 
