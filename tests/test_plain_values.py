@@ -410,3 +410,27 @@ def test_rigged_values_pass_an_ordinary_run_and_fail_a_grading_one_honest_ones_p
 def test_a_grading_run_cannot_write_the_repository(repo):
     assert not outcomes(repo, True)["test_rigged_write_to_the_tests"]
     assert not (repo / "tests" / "planted.txt").exists()
+
+
+
+RIG = "class Rigged:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+
+
+@pytest.mark.parametrize("where", ["pkg/test_rig.py", "pkg/testing/rig.py", "tests/helpers.py"])
+def test_a_rigged_class_in_a_file_named_like_tests_that_the_diff_wrote_is_not_trusted(tmp_path, where):
+    """Grading keeps the agent's changes to library files named like tests (pylint/testutils/lint_module_test.py,
+    django/test/): a class the diff wrote there is the code under test's, not a trusted test module's."""
+    for folder in ("pkg", "pkg/testing", "tests"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / where).write_text(RIG)
+    module = where.removesuffix(".py").replace("/", ".")
+    (tmp_path / "pkg" / "code.py").write_text(f"from {module} import Rigged\n\n\ndef answer():\n    return Rigged()\n")
+    (tmp_path / "tests" / "test_code.py").write_text(
+        "from pkg.code import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
+    test = ["tests/test_code.py::test_answer"]
+    ordinary = sandbox.run_pytest(tmp_path, test)
+    trusted = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"])  # the file is the base's
+    graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py", where])
+    assert ordinary.outcomes == trusted.outcomes == {test[0]: True}, (ordinary.output, trusted.output)
+    assert graded.outcomes == {test[0]: False}, graded.output

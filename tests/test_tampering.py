@@ -160,6 +160,8 @@ def test_a_file_nested_deeper_than_the_recursion_limit_is_scanned_whole():
     deeper = "x = " + " + ".join(["1"] * 100_000) + "\n"
     found = tampering.scan({"calc/table.py": None}, {"calc/table.py": deeper})
     assert found == ["a file nested too deeply to scan in calc/table.py:1"] and tampering.decisive(found) == []
+    # whatever the change did to a file that was already too deep is named too
+    assert tampering.scan({"calc/table.py": deeper}, {"calc/table.py": deeper + "import sys\n"}) == found
 
 
 def test_bytes_are_read_as_python_reads_source_coding_line_included():

@@ -82,13 +82,20 @@ def _inside(path) -> bool:
     return type(path) is str and os.path.abspath(path).startswith(_ROOT)
 
 
+# The files the agent's diff changed or added (COMPOSER_SANDBOX_CHANGED, repository-relative): grading keeps its
+# changes to library files named like tests (django/test/, pylint/testutils/lint_module_test.py), so a name says
+# nothing about who wrote such a file.
+_CHANGED = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_CHANGED", "[]")))
+
+
 def _test_side(path: str) -> bool:
-    """Tests and conftest.py (grading took them from the base, so they are trusted), as composer.env.defences.grading
-    names them."""
+    """Tests and conftest.py, named as tests are (a test_*.py or *_test.py file, or any file under a tests/, test/ or
+    testing/ folder), that the agent did not change: the base's and the test patch's, so they are trusted."""
     rel = os.path.relpath(os.path.abspath(path), _ROOT).split(os.sep)
     name = rel[-1]
-    return (name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
-            or any(part in ("tests", "test", "testing") for part in rel[:-1]))
+    return "/".join(rel) not in _CHANGED and (
+        name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
+        or any(part in ("tests", "test", "testing") for part in rel[:-1]))
 
 
 def _classes() -> dict:

@@ -515,10 +515,12 @@ def run_python(repo_dir: Path, args: list[str], *, extra_env: dict | None = None
         return s.run(args, extra_env=extra_env)
 
 
-def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, known_classes=(), **limits) -> TestRun:
+def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, known_classes=(), changed=(),
+               **limits) -> TestRun:
     """Run pytest once on `test_ids` (all collected tests when empty) under `Limits(**limits)`; outcome per node id.
     grading: a submission's graded run: the tests see the code under test's values made plain
-    (composer/env/containment/plain_values.py; known_classes: "module:qualname" of the classes the base commit defines),
+    (composer/env/containment/plain_values.py; known_classes: "module:qualname" of the classes the base commit defines,
+    changed: the files the submission's diff changed, never trusted as the tests' own),
     and in "root-ns" the repository is the caller's, read-only to the run (its code cannot rewrite the graded test files
     or the canaries in them).
 
@@ -544,7 +546,8 @@ def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, kn
             finally:
                 report.close()
 
-        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner, grading, known_classes)
+        return _pytest_once(s.repo, test_ids, s.limits.timeout_s, s.plugin_dir, runner, grading, known_classes,
+                            changed)
 
 
 class _ForkFailed(Exception):
@@ -622,7 +625,7 @@ def config_file(repo: Path, plugin_dir: Path) -> Path:
 
 
 def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: Path, runner,
-                 grading: bool = False, known_classes=()) -> TestRun:
+                 grading: bool = False, known_classes=(), changed=()) -> TestRun:
     """One pytest run through `runner(pytest_args, env) -> (rc, output, timed_out, report bytes)`, cold or warm
     alike: the same arguments, the same plugin, the same outcome rules."""
     start = time.monotonic()
@@ -632,6 +635,7 @@ def _pytest_once(repo: Path, test_ids: list[str], timeout_s: float, plugin_dir: 
     if grading:
         env["COMPOSER_SANDBOX_PLAIN"] = plugin_name(plugin_dir, PLAIN_NAME)
         env["COMPOSER_SANDBOX_KNOWN_CLASSES"] = json.dumps(sorted(known_classes))
+        env["COMPOSER_SANDBOX_CHANGED"] = json.dumps(sorted(changed))
     if test_ids:
         env["COMPOSER_SANDBOX_SELECT"] = json.dumps(test_ids)
     # A grading run's output is read by nobody: no tracebacks, and plain asserts (pytest's rewriting builds an

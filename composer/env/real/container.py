@@ -337,7 +337,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
                 text, here = real_probes.plant(text, [p for p in held.probes if p.file == f] if held else [], rng)
                 mine.update(here)
                 box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
-            load, log = _plugin(box, _base_classes(box, before) if layers.plain_values else None)
+            load, log = _plugin(box, _base_classes(box, before) if layers.plain_values else None, list(before))
         if not timed_out:
             # the eval script's tests, not the test files' reset after them (for a container the harness keeps)
             rc, run_output, timed_out = _run(box, env + load + script[start:end + 1], timeout_s=timeout_s,
@@ -471,10 +471,11 @@ def _base_classes(box: Container, before: dict[str, bytes | None]) -> list[str]:
         return grading.defined_classes(root)
 
 
-def _plugin(box: Container, known: list[str] | None) -> tuple[list[str], str]:
-    """Write GRADING_PLUGIN (and, unless `known` is None, the plain-values module and the base's classes) into the
-    container under names of this grading's own (nothing of the repository's can shadow them), in a folder root's
-    and closed to the run; (the run script's lines that load it, the path of its log: the run's uid may write it)."""
+def _plugin(box: Container, known: list[str] | None, changed: list[str]) -> tuple[list[str], str]:
+    """Write GRADING_PLUGIN (and, unless `known` is None, the plain-values module, the base's classes and the paths
+    the patch changed) into the container under names of this grading's own (nothing of the repository's can shadow
+    them), in a folder root's and closed to the run; (the run script's lines that load it, the path of its log: the
+    run's uid may write it)."""
     suffix = secrets.token_hex(6)
     folder, plugin, module = f"/tmp/composer-grading-{suffix}", f"_composer_grading_plugin_{suffix}", \
         f"{sandbox.PLAIN_NAME}_{suffix}"
@@ -490,7 +491,8 @@ def _plugin(box: Container, known: list[str] | None) -> tuple[list[str], str]:
     if known is not None:
         box.write(f"{folder}/{module}.py", sandbox.PLAIN_VALUES.encode())
         box.write(f"{folder}/known.json", json.dumps(sorted(known)).encode())
-        lines.append(f"export COMPOSER_PLAIN_KNOWN_FILE={folder}/known.json COMPOSER_PLAIN_MODULE={module}")
+        lines.append(f"export COMPOSER_PLAIN_KNOWN_FILE={folder}/known.json COMPOSER_PLAIN_MODULE={module} "
+                     f"COMPOSER_SANDBOX_CHANGED={shlex.quote(json.dumps(sorted(changed)))}")
     return lines, log
 
 
@@ -566,7 +568,7 @@ def compute_probes(record: dict, *, limits: Limits = Limits()) -> real_probes.He
                            for f, text in texts.items()}
             for f, (text, _) in planted.items():
                 box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
-            load, log = _plugin(box, _base_classes(box, before))
+            load, log = _plugin(box, _base_classes(box, before), list(before))
             ids = [f"{p.file}::{p.cls + '::' if p.cls else ''}{name}" for _, named in planted.values()
                    for name, p in named.items()]
             command = f"{_test_command(record)} {' '.join(map(shlex.quote, ids))}"

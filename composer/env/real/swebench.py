@@ -256,7 +256,8 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
                                  f2p, p2p, random.Random(secrets.randbits(64)), probes.held_out(instance))
         for f, text in planted.files.items():
             (repo / f).write_text(text)
-        run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True, known_classes=known)
+        run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True, known_classes=known,
+                                 changed=changed)
     outcomes, report["tampering"]["forged"], missed = planted.read(run.outcomes, missing=run.missing,
                                                                    timed_out=run.timed_out, properties=run.properties)
     report["probes"] = {"total": len(planted.probes), "missed": len(missed)}
