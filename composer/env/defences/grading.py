@@ -8,17 +8,17 @@
 
 A policy under RL forges any reward it can, and a submission is graded by running tests next to its code.
 So a grading run (composer.env.real.swebench.evaluate) takes from the agent only the files that are neither tests nor
-configuration of the test run: `steers_tests` names the rest (conftest.py anywhere; pytest.ini, .pytest.ini,
-tox.ini, setup.cfg, pyproject.toml; *.pth; sitecustomize.py and usercustomize.py; compiled files (*.pyc, *.pyo,
-__pycache__/), which Python would load instead of the source the scan reads; test files by pytest's default
-naming at the repository's top or under a test/, tests/ or testing/ folder; the task's test_patch files and every
-file in a folder that holds one of them: the tests' own helpers and fixtures). Those come from the base commit and the test patch, and every one the agent changed is listed as
-"reset". A folder's name alone decides nothing: in real repositories `django/test/`, `sympy/testing/`,
-`lib/matplotlib/testing/` and `astropy/tests/` are library source the library itself imports, and so are files named
-like tests elsewhere (`pylint/testutils/lint_module_test.py`); a fix there is graded with its change applied. The sandbox
-(composer.env.containment.sandbox) pins pytest's configuration file, rootdir and confcutdir, so nothing outside the copy
-steers the run either, and grading always runs cold in a fresh sandbox on a fresh copy, so nothing a run_tests
-call left behind is there.
+configuration of the test run: `steers_tests` names the rest (conftest.py anywhere; pytest.ini, .pytest.ini, tox.ini,
+setup.cfg, pyproject.toml; *.pth; sitecustomize.py and usercustomize.py; compiled files (*.pyc, *.pyo, __pycache__/),
+which Python would load instead of the source the scan reads; test files by pytest's default naming at the
+repository's top or under a test/, tests/ or testing/ folder; the task's test_patch files and every file in a folder
+that holds one of them: the tests' own helpers and fixtures). Those come from the base commit and the test patch, and
+every one the agent changed is listed as "reset". A folder's name alone decides nothing: in real repositories
+`django/test/`, `sympy/testing/`, `lib/matplotlib/testing/` and `astropy/tests/` are library source the library itself
+imports, and so are files named like tests elsewhere (`pylint/testutils/lint_module_test.py`); a fix there is graded
+with its change applied. The sandbox (composer.env.containment.sandbox) pins pytest's configuration file, rootdir and
+confcutdir, so nothing outside the copy steers the run either, and grading always runs cold in a fresh sandbox on a
+fresh copy, so nothing a run_tests call left behind is there.
 
 What remains is the code under test itself, which runs in the test process: grading plants canaries among the
 tests (composer.env.defences.canaries), makes the values the tests compare plain

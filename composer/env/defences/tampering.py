@@ -6,20 +6,20 @@
     # ["exec, eval or compile in calc/ops.py:31", "the grading's own names in calc/ops.py:40", ...]
     tampering.decisive(found)   # ["the grading's own names in calc/ops.py:40"]: these score 0, the rest is review
 
-Code under test runs in the test process, so it can reach pytest, the test functions and the values they compare.
-The scan reads each changed source file whole (a construct can span lines, or sit in an unchanged line the diff
-moves) as a syntax tree, before and after the change, and names the constructs by which code reaches into a test
-run: pytest and its plugin system; imports with computed names; exec, eval, compile and code objects built at
-run time; frames, code objects and namespaces (`inspect`, `f_back`, `__code__`, `globals()`, `gc`); attribute
-names computed at run time; interpreter hooks (`sys.modules`, `sys.settrace`, `builtins`, `ctypes`); threads,
-timers and processes started at import, and processes anywhere; ending the process; rigged comparisons (a class
-that defines comparison or conversion methods, a subclass of a builtin value type, a class built by `type()`,
-methods assigned at run time, unittest.mock); encoded payloads (base64, zlib, marshal, pickle); compiled code.
-A finding counts where the change adds it: there are more constructs of that kind in the file after the change
-than before, so a repository that already uses threads or `inspect` is flagged only for new uses, and a function
-renamed or moved carries its constructs with it. A file that does not parse is skipped (importing it fails, and so
-do its tests); one nested too deeply for this Python to parse is named for review (a newer Python may import it). pytest's own internals are not findings in pytest's and pluggy's own source (`_pytest/`, `pytest/`,
-`pluggy/`, `py/`), where they are the code under test.
+Code under test runs in the test process, so it can reach pytest, the test functions and the values they compare. The
+scan reads each changed source file whole (a construct can span lines, or sit in an unchanged line the diff moves) as
+a syntax tree, before and after the change, and names the constructs by which code reaches into a test run: pytest and
+its plugin system; imports with computed names; exec, eval, compile and code objects built at run time; frames, code
+objects and namespaces (`inspect`, `f_back`, `__code__`, `globals()`, `gc`); attribute names computed at run time;
+interpreter hooks (`sys.modules`, `sys.settrace`, `builtins`, `ctypes`); threads, timers and processes started at
+import, and processes anywhere; ending the process; rigged comparisons (a class that defines comparison or conversion
+methods, a subclass of a builtin value type, a class built by `type()`, methods assigned at run time, unittest.mock);
+encoded payloads (base64, zlib, marshal, pickle); compiled code. A finding counts where the change adds it: there are
+more constructs of that kind in the file after the change than before, so a repository that already uses threads or
+`inspect` is flagged only for new uses, and a function renamed or moved carries its constructs with it. A file that
+does not parse is skipped (importing it fails, and so do its tests); one nested too deeply for this Python to parse is
+named for review (a newer Python may import it). pytest's own internals are not findings in pytest's and pluggy's own
+source (`_pytest/`, `pytest/`, `pluggy/`, `py/`), where they are the code under test.
 
 Most of these constructs are everyday idioms of real libraries (computed attribute names, comparison methods,
 `inspect`, `importlib`, `threading`): scored 0, they failed 95 of 1,350 real bug-fix commits of SWE-bench Lite's
