@@ -107,6 +107,9 @@ def test_each_kind_is_found_where_the_change_adds_it(code, what):
     ("class Any:\n    def __eq__(self, other):\n        return True\n", False), ("import importlib\n", False),
     ("import pytest\n", False), ("exec('x = 1')\n", False), ("os.system('true')\n", False),
     ("def f(self):\n    self._send(1)\n", None),  # django's mail backends' method, not the plugin's
+    # an object's own attributes of those names (jupyter_client's self._exit, protobuf's self._TOKEN)
+    ("def f(self):\n    self._exit = 1\n    return self._TOKEN.match(self._exit)\n", None),
+    ("import sys\nsys.modules['os']._exit(0)\n", True),
 ])
 def test_only_what_reaches_the_gradings_own_machinery_is_decisive(code, decisive):
     found = scan_added(code)

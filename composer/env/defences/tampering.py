@@ -276,10 +276,14 @@ class _Visitor:
     def visit_Attribute(self, node):
         if node.attr in ATTRIBUTES:
             self.add(ATTRIBUTES[node.attr], node.attr, node)
-        if node.attr in PLUGIN_ATTRIBUTES or node.attr in ("_exit", "_getframe", "_current_frames"):
-            self.add("the outcome plugin's internals" if node.attr in PLUGIN_ATTRIBUTES else
-                     "ending the process at once" if node.attr == "_exit" else
-                     "frame or code-object access", node.attr, node)
+        # read from self or cls, such a name is the object's own (jupyter_client's self._exit, protobuf's self._TOKEN)
+        foreign = not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        if node.attr in PLUGIN_ATTRIBUTES and foreign:
+            self.add("the outcome plugin's internals", node.attr, node)
+        elif node.attr == "_exit" and foreign:
+            self.add("ending the process at once", node.attr, node)
+        elif node.attr in ("_getframe", "_current_frames"):
+            self.add("frame or code-object access", node.attr, node)
         elif isinstance(node.value, ast.Name) and self.aliases.get(node.value.id) in MODULE_ATTRIBUTES:
             what = MODULE_ATTRIBUTES[self.aliases[node.value.id]].get(node.attr)
             if what:
