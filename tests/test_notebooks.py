@@ -8,6 +8,7 @@ suite's budget of 60 s per notebook on 2 idle cores, kernel start included: the 
 """
 
 import ast
+import functools
 import re
 import shutil
 import subprocess
@@ -24,8 +25,9 @@ from composer.paths import NOTEBOOKS, ROOT
 
 # The smoke defaults are sized to run in under BUDGET_S on 2 idle cores; the time is printed with every run.
 # Wall time on a shared machine is not a pass/fail signal (speed lives in benchmarks): a smoke run took 244 s
-# beside other work, 4x its budget. Only a runaway default fails the test: RUNAWAY_S, a hang guard far above any
-# loaded smoke run, which a default at report scale (20-80 min for 002a-004) crosses.
+# beside other work, 4x its budget. Only a runaway default fails the test: papermill stops a cell that runs past
+# RUNAWAY_S (a hang guard far above any loaded smoke run, which a default at report scale, 20-80 min for 002a-004,
+# crosses) and the run raises; no elapsed time is asserted.
 BUDGET_S = 60
 RUNAWAY_S = 20 * BUDGET_S
 NOTEBOOK_FILES = sorted(NOTEBOOKS.glob("*.ipynb"))
@@ -119,7 +121,9 @@ def test_running_and_saving_a_notebook_leaves_git_status_clean(tmp_path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=ids)
-def test_smoke(path, tmp_path, capsys):
+def test_smoke(path, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(papermill, "execute_notebook",
+                        functools.partial(papermill.execute_notebook, execution_timeout=RUNAWAY_S))
     t0 = time.time()
     code = run.run(path.stem, reports_dir=tmp_path)
     elapsed = time.time() - t0
@@ -140,4 +144,3 @@ def test_smoke(path, tmp_path, capsys):
     assert not leaked, f"absolute paths of this machine in the report (use composer.paths.shown): {leaked[:5]}"
     bar = re.search(r".{0,40}\d+/\d+ \[\d\d:\d\d<", page)  # "steps: 100%|███| 3/3 [00:01<00:00, ..."
     assert not bar, f"a progress bar in the report (composer.progress sends them to the run's log): {bar[0]!r}"
-    assert elapsed < RUNAWAY_S, f"{path.stem} took {elapsed:.1f} s: its defaults are no smoke scale (budget {BUDGET_S} s)"
