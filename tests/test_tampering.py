@@ -154,8 +154,8 @@ def test_new_files_count_whole_unparsable_ones_are_skipped_and_compiled_ones_fla
 
 
 def test_a_file_nested_deeper_than_the_recursion_limit_is_scanned_whole():
-    """Real source nests deeper than a recursive walk can go (sympy's polys/numberfields/resolvent_lookup.py: a
-    sum of 569 terms); a construct at the bottom is still found, and scanning it raises nothing."""
+    """Real source nests deeper than a recursive walk can go (sympy's polys/numberfields/resolvent_lookup.py: 569
+    levels); a construct at the bottom is still found, and scanning it raises nothing."""
     deep = "import sys\nx = sys.settrace + " + " + ".join(["1"] * 1200) + "\n"
     assert tampering.scan({"calc/table.py": "import sys\n"}, {"calc/table.py": deep}) == [
         "tracing hooks in calc/table.py:2"]
