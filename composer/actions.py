@@ -5,6 +5,7 @@ that compares equal when the action is the same, and parsing teachers' answers i
     actions.canonical_command("ls  -la ./src/")           # "ls -la src"
     actions.canonical_tool_call("view", {"path": "a.py"})  # the student's call, the same way
     actions.parse_topk(answer_text, k=3)                   # {action: probability} from a top-k answer
+    actions.parse_topk_calls(answer_text, k=3)             # the same over tool calls (CodingEnv's tools)
 """
 
 import json
@@ -101,26 +102,70 @@ def parse_topk(text: str, k: int) -> dict[str, float]:
     Accepted: the JSON object alone, or inside a ``` fence, or with prose around it (the outermost braces are
     read). Candidates beyond k keep the k most probable; duplicates after canonicalization add up.
     """
+    pairs = []
+    for i, c in enumerate(_candidates(text)):
+        command = c.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ParseError(f"candidate {i}: \"command\" is not a non-empty string")
+        pairs.append((canonical_command(command), _probability(c, i)))
+    return _normalized(pairs, k)
+
+
+def parse_topk_calls(text: str, k: int) -> dict[str, float]:
+    """A verbalized top-k answer over tool calls -> {canonical tool call: probability}, as parse_topk: each
+    candidate names its "tool" and gives its "arguments" as a JSON object (or that object encoded as a string)."""
+    return _normalized([(_call(c, f"candidate {i}"), _probability(c, i)) for i, c in enumerate(_candidates(text))], k)
+
+
+def parse_call(text: str) -> str:
+    """The canonical tool call of an answer holding one JSON object with "tool" and "arguments"."""
+    return _call(_json_object(text), "the answer")
+
+
+def _json_object(text: str):
     fenced = FENCE.search(text)
     body = fenced.group(1) if fenced else text
     start, end = body.find("{"), body.rfind("}")
     if start < 0 or end < start:
         raise ParseError("no JSON object in the answer")
     try:
-        answer = json.loads(body[start:end + 1])
+        return json.loads(body[start:end + 1])
     except ValueError as e:
         raise ParseError(f"invalid JSON: {e}") from None
+
+
+def _candidates(text: str) -> list[dict]:
+    answer = _json_object(text)
     candidates = answer.get("candidates") if isinstance(answer, dict) else None
     if not isinstance(candidates, list) or not candidates:
         raise ParseError("no non-empty \"candidates\" list")
-    pairs = []
     for i, c in enumerate(candidates):
-        command, p = (c.get("command"), c.get("probability")) if isinstance(c, dict) else (None, None)
-        if not isinstance(command, str) or not command.strip():
-            raise ParseError(f"candidate {i}: \"command\" is not a non-empty string")
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
-            raise ParseError(f"candidate {i}: \"probability\" is not a finite number >= 0 (got {p!r})")
-        pairs.append((canonical_command(command), float(p)))
+        if not isinstance(c, dict):
+            raise ParseError(f"candidate {i} is not an object (with \"command\" or \"tool\", and \"probability\")")
+    return candidates
+
+
+def _probability(candidate: dict, i: int) -> float:
+    p = candidate.get("probability")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
+        raise ParseError(f"candidate {i}: \"probability\" is not a finite number >= 0 (got {p!r})")
+    return float(p)
+
+
+def _call(candidate, where: str) -> str:
+    tool = candidate.get("tool") if isinstance(candidate, dict) else None
+    arguments = candidate.get("arguments", {}) if isinstance(candidate, dict) else None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            raise ParseError(f"{where}: \"arguments\" is not JSON") from None
+    if not isinstance(tool, str) or not tool.strip() or not isinstance(arguments, dict):
+        raise ParseError(f"{where}: needs \"tool\" (a name) and \"arguments\" (an object)")
+    return canonical_tool_call(tool.strip(), arguments)
+
+
+def _normalized(pairs: list[tuple[str, float]], k: int) -> dict[str, float]:
     pairs = sorted(pairs, key=lambda pair: -pair[1])[:k]
     total = sum(p for _, p in pairs)
     if total <= 0:

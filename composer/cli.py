@@ -6,6 +6,7 @@
     python -m composer serve --model student=PATH  # a local OpenAI-compatible server
     python -m composer serve-env --tasks 20        # the coding environment over HTTP/WebSocket (OpenEnv)
     python -m composer zoo --profile report        # train or load the tiny student and 3 teachers; pass@1 table
+    python -m composer pilot --student qwen/qwen3-8b --pool verified --episodes 50 --dry-run   # the API pilot
 """
 
 import argparse
@@ -124,6 +125,9 @@ def main(argv=None) -> int:
     commands.add_parser("plan", help="GPU memory and GPU-hours of the live profiles (estimates); --write updates "
                                      "their YAML headers", add_help=False)
 
+    commands.add_parser("pilot", help="the student through an API on SWE-bench instances before any GPU: base "
+                                      "rate, tokens, dollars, traces (--dry-run prices it)", add_help=False)
+
     if argv[:1] == ["run"] and len(argv) > 2 and not argv[1].startswith("-") and {"-h", "--help"} & set(argv):
         return describe(argv)
     if argv[:1] == ["serve"]:
@@ -138,6 +142,10 @@ def main(argv=None) -> int:
         from composer import zoo
 
         return zoo.main(argv[1:])
+    if argv[:1] == ["pilot"]:
+        from composer import pilot
+
+        return pilot.main(argv[1:])
     if argv[:1] == ["plan"]:
         from composer import plan
 

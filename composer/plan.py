@@ -7,6 +7,7 @@
     python -m composer plan --budget-usd 200 1000    # one row per budget: a Markdown table
     python -m composer plan --budget-usd 5000 --effect 0.05 --pool-file tasks.jsonl --student Qwen/Qwen3-4B
     python -m composer plan --from-run runs/004-pilot/jobs/train-B-s0-...   # the live 004 from measured phase times
+    python -m composer plan --from-pilot runs/pilot  # the live 004 with the API pilot's measured numbers
 
     from composer import plan
     plan.table("004-ab-train-grpo-vs-trace-replay-dpo", values)    # the header lines
@@ -16,6 +17,8 @@ varies the treatment too (student, full or LoRA, steps, rollouts, turns and cont
 different, cheaper experiment than the live profile's, and the output says what differs; the live profile's own
 design and the best design that keeps its treatment are printed beside it. --from-run replaces the phase model's
 assumptions with a run's measured phase times (composer.phases: a pilot's, params/pilot/) and prints both.
+--from-pilot reads `python -m composer pilot`'s summary (composer.pilot): the student's base rate, its discordance,
+its task spread and its tool, grading and turn figures, and says which numbers are measured and which assumed.
 """
 
 import argparse
@@ -111,12 +114,17 @@ def main(argv=None) -> int:
                         "concurrent_tools=False); default: concurrently, as the code runs them)")
     parser.add_argument("--from-run", metavar="DIR", help="price the live 004's training from the phase times a run "
                         "measured (DIR/phases.jsonl, composer.phases) beside the assumption-only figure")
+    parser.add_argument("--from-pilot", metavar="DIR", help="the live 004 with what `python -m composer pilot` "
+                        "measured (DIR/pilot.json): base rate, discordance, task spread, tool/grading/turn figures")
     for name, value in vars(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=value,
                             help=f"power assumption (composer/power.py; default {value})")
     args = parser.parse_args(argv)
     if args.from_run is not None:
         return _from_run(args.from_run, concurrent_tools=not args.serial_tools)
+    if args.from_pilot is not None:
+        return _from_pilot(args.from_pilot, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}),
+                           concurrent_tools=not args.serial_tools)
     if args.budget_usd is not None:
         return _budget(args, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}))
     stale = []
@@ -286,4 +294,96 @@ def _from_run(run_dir, *, concurrent_tools: bool) -> int:
                                                     "gpu_hours")},
                       "measured": {k: r[k] for k in ("generate_s", "tools_s", "grade_s", "train_s", "step_s",
                                                      "hours", "gpu_hours", "replaced")}}))
+    return 0
+
+
+def from_pilot(summary: dict, values: dict, assumptions: power.Assumptions, *, concurrent_tools: bool = True) -> dict:
+    """The live profile's design and training priced with what an API pilot measured (composer.pilot's summary):
+    its discordance in place of the assumed one (the mde), its turns, tool, start and grading seconds in place of
+    compute.py's (phases.scaled). Generation and training seconds stay assumed: an API's latency is not the GPU's
+    generation time, and a pilot trains nothing. The base rate and the task spread are reported; the power model
+    does not use them yet."""
+    from composer import phases  # imports transformers: only for this option
+
+    measured = {}
+    if summary.get("discordance"):
+        measured["discordance"] = summary["discordance"]["estimate"]
+    used = dataclasses.replace(assumptions, **measured)
+    d_assumed, d_measured = power.design(values, assumptions), power.design(values, used)
+    w = workload(values)
+    ph = summary.get("phases") or {}
+    unit = {"generate_s_per_turn": None, "train_s_per_token": None,
+            **{k: ph.get(k) for k in ("tool_s_per_call", "grade_s_per_submission", "start_s_per_episode")}}
+    turns = ph.get("turns_per_episode") or w["turns"]
+    setup = power.fitting_setups(values)[0]
+    cost = phases.scaled(unit, compute.model(w["model"]), setup, steps=w["steps"],
+                         rollouts_per_step=w["rollouts_per_step"], tokens_per_rollout=w["tokens_per_rollout"],
+                         turns=turns, concurrent_tools=concurrent_tools)
+    return {"measured": measured, "assumptions": dataclasses.asdict(used), "design_assumed": d_assumed,
+            "design_measured": d_measured, "turns": {"measured": ph.get("turns_per_episode"), "assumed": w["turns"]},
+            "unit": unit, "setup": setup, "workload": w, **cost}
+
+
+def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool) -> int:
+    from composer import pilot
+
+    try:
+        summary = pilot.read(path)
+    except pilot.PilotError as e:
+        print(f"--from-pilot: {e}", file=sys.stderr)
+        return 2
+    values = yaml.safe_load((ROOT / "params/live" / f"{LIVE_004}.yaml").read_text())
+    r = from_pilot(summary, values, assumptions, concurrent_tools=concurrent_tools)
+    p1, pk, disc, spread = (summary.get(k) for k in ("pass_at_1", "pass_at_k", "discordance", "task_spread"))
+    e = summary["episodes"]
+    print(f"pilot ({summary['backend']}): {summary['student']['model']} on {len(summary['tasks'])} {summary['pool']} "
+          f"tasks x {summary['samples']}, {e['complete']} of {e['planned']} episodes"
+          + ("" if summary["complete"] else " (incomplete)"))
+    if summary["backend"] == "offline":
+        print("note: an offline pilot (a loopback or simulated endpoint): its figures are a rehearsal's, not the live "
+              "student's")
+    a = dataclasses.asdict(assumptions)
+    ph, rep = summary.get("phases") or {}, r["replaced"]
+
+    def num(value, fmt=".3f"):
+        return "not measured" if value is None else format(value, fmt)
+
+    rows = [
+        ("base pass@1", num(p1 and p1["estimate"]) + (f" [{p1['low']:.3f}, {p1['high']:.3f}]" if p1 else ""),
+         "none: the power model has no base rate yet", "reported"),
+        (f"pass@{summary['samples']}", num(pk and pk["estimate"]) + (f" [{pk['low']:.3f}, {pk['high']:.3f}]"
+                                                                    if pk else ""), "none", "reported"),
+        ("discordance (two runs of a task disagree)", num(disc and disc["estimate"]), f"{a['discordance']}",
+         "measured" if "discordance" in r["measured"] else "assumed"),
+        ("task spread of the base rate (SD)", num(spread and spread["sd"]),
+         f"task_sd {a['task_sd']} is the spread of B - A, which no pilot measures", "assumed (task_sd)"),
+        ("seed spread (SD)", "not measured", f"{a['seed_sd']}", "assumed"),
+        ("turns an episode", num(ph.get("turns_per_episode"), ".1f"), f"{r['turns']['assumed']:.1f}",
+         "measured" if ph.get("turns_per_episode") else "assumed"),
+        ("tool call, s", num(ph.get("tool_s_per_call"), ".3g"), f"{compute.TOOL_S:.3g}",
+         "measured" if "tool_s_per_call" in rep else "assumed"),
+        ("grading, s a submission", num(ph.get("grade_s_per_submission"), ".3g"), f"{compute.GRADING_S:g}",
+         "measured" if "grade_s_per_submission" in rep else "assumed"),
+        ("episode start, s", num(ph.get("start_s_per_episode"), ".3g"), f"{compute.START_S:g}",
+         "measured" if "start_s_per_episode" in rep else "assumed"),
+        ("generation, s a turn", num(ph.get("generate_s_per_turn"), ".3g") + " (the API's latency)",
+         "compute.generation_s on the live GPUs", "assumed: an API's latency is not a GPU's generation time"),
+        ("training, s a token", "not measured", "compute.training_s", "assumed"),
+    ]
+    print("| figure | pilot | assumption | the plan uses |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    dm, da, s = r["design_measured"], r["design_assumed"], r["setup"]
+    print(f"the live {LIVE_004}: {dm['seeds']} seeds x {dm['tasks']} tasks ({dm['pool']}) x {dm['samples']} samples "
+          f"detects B - A >= {dm['mde']:.3f} with the pilot's discordance ({da['mde']:.3f} assumed)")
+    if p1 and p1["high"] < dm["mde"]:
+        print(f"warning: the student's base pass@1 is at most {p1['high']:.3f} (95 % upper bound), below the mde "
+              f"{dm['mde']:.3f}: it may have no room to show the effect the design can detect")
+    print(f"training GPU-hours per arm and seed ({s.gpus} GPUs, vLLM {s.vllm}): {r['assumed']['gpu_hours']:,.1f} "
+          f"assumed, {r['gpu_hours']:,.1f} with the pilot's turns, tool, start and grading seconds")
+    print(json.dumps({"from_pilot": str(path), "backend": summary["backend"], "base_pass_at_1": p1,
+                      "pass_at_k": pk, "discordance": disc, "task_spread": spread, "measured": r["measured"],
+                      "mde": {"measured": dm["mde"], "assumed": da["mde"]},
+                      "gpu_hours": {"measured": r["gpu_hours"], "assumed": r["assumed"]["gpu_hours"]},
+                      "replaced": r["replaced"], "turns": r["turns"]}))
     return 0

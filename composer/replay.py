@@ -46,8 +46,9 @@ import tiktoken
 
 from composer.lock import run_lock
 from composer.progress import bar
+from composer.prices import openrouter_prices
 from composer.providers import PromptCache, cost, load_profiles
-from composer.teachers import (OTHER, Store, Teacher, TeacherQuery, TeacherSpec, history, openrouter_prices,
+from composer.teachers import (OTHER, Store, Teacher, TeacherQuery, TeacherSpec, history,
                                teacher_messages, text_of)
 from composer.actions import canonical_action
 from composer.traces import StepRecord

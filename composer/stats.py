@@ -219,16 +219,53 @@ def wilson_interval(successes, n, *, confidence=0.95):
     """
     _check_unit_interval(confidence, "confidence")
     successes, n = _check_successes(successes, n)
-    z = scipy.stats.norm.ppf(1 - (1 - confidence) / 2)
-    p = successes / n
+    low, high = _wilson(successes / n, n, confidence)
+    # At 0 (n) successes the bound is exactly 0 (1); computed, it can be 1e-17 (1 - 1e-16), which would leave
+    # the estimate outside its own interval.
+    return _make_ci(successes / n, 0.0 if successes == 0 else low, 1.0 if successes == n else high, confidence,
+                    "wilson", n)
+
+
+def _wilson(p, n, confidence, df=None):
+    tail = 1 - (1 - confidence) / 2
+    z = scipy.stats.norm.ppf(tail) if df is None else scipy.stats.t.ppf(tail, df)
     denom = 1 + z**2 / n
     center = (p + z**2 / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
-    # At 0 (n) successes the bound is exactly 0 (1); computed, it can be 1e-17 (1 - 1e-16), which would leave
-    # the estimate outside its own interval.
-    low = 0.0 if successes == 0 else center - half
-    high = 1.0 if successes == n else center + half
-    return _make_ci(p, low, high, confidence, "wilson", n)
+    return center - half, center + half
+
+
+def clustered_wilson_interval(successes, samples, *, confidence=0.95):
+    """Wilson interval for a rate measured in clusters: tasks, each run `samples[i]` times with `successes[i]`
+    successes. Samples of one task are correlated (an easy task is solved again and again), so the plain Wilson
+    interval over all runs is too narrow when tasks differ. The design effect deff = 1 + (m - 1) ICC (m: the mean
+    runs per task, ICC: the one-way ANOVA intraclass correlation of the 0/1 outcomes, floored at 0) shrinks the runs
+    to an effective count n / deff, on which Wilson's interval is taken (Kish's effective sample size).
+
+    Returns:
+        CI with estimate = sum(successes) / sum(samples), method "wilson, design effect D" and n the runs; the
+        design effect is also `deff` in the method text only (the CI type has no field for it).
+    """
+    _check_unit_interval(confidence, "confidence")
+    c = np.asarray(successes, dtype=float)
+    m = np.asarray(samples, dtype=float)
+    if c.ndim != 1 or c.shape != m.shape or not len(c):
+        raise ValueError(f"successes and samples: two equal-length non-empty lists, got {c.shape} and {m.shape}")
+    if (m < 1).any() or (c < 0).any() or (c > m).any() or (c % 1).any() or (m % 1).any():
+        raise ValueError("each task needs whole counts with 0 <= successes <= samples and samples >= 1")
+    n, k = m.sum(), len(m)
+    p = c.sum() / n
+    deff = 1.0
+    if k > 1 and n > k:
+        m0 = (n - (m**2).sum() / n) / (k - 1)  # the ANOVA's mean cluster size for unequal clusters
+        between = ((c - m * p) ** 2 / m).sum() / (k - 1)
+        within = (c - c**2 / m).sum() / (n - k)
+        if between + (m0 - 1) * within > 0:
+            icc = max(0.0, (between - within) / (between + (m0 - 1) * within))
+            deff = 1 + (n / k - 1) * icc
+    low, high = _wilson(p, n / deff, confidence, df=k - 1 if k > 1 else None)
+    return _make_ci(p, 0.0 if c.sum() == 0 else low, 1.0 if c.sum() == n else high, confidence,
+                    f"wilson, design effect {deff:.3g}", int(n))
 
 
 def pass_at_k(n, c, k):

@@ -39,6 +39,8 @@ attempt when the ledger plus its worst case would pass the cap, so the cap holds
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -51,8 +53,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, date, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -60,13 +60,12 @@ from urllib.parse import urlsplit
 import httpx
 import openai
 import yaml
-from genai_prices import Usage, calc_price
-from genai_prices.data_snapshot import get_snapshot
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer import tether
-from composer.actions import ParseError, parse_command, parse_topk
+from composer.actions import ParseError, parse_call, parse_command, parse_topk, parse_topk_calls
 from composer.models import tokenizer_dir
+from composer.prices import computed_cost, guard_prices
 from composer.providers import Prices, load_profiles
 
 OPENROUTER = "https://openrouter.ai/api/v1"
@@ -114,6 +113,9 @@ class TeacherSpec(BaseModel):
     max_retries: int = Field(3, ge=0)
     max_rps: float | None = Field(None, gt=0)
     """Request starts per second to this teacher (None: only the replay's concurrency limit)."""
+    action_space: Literal["bash", "tools"] = "bash"
+    """What the agent acts with, and so what the teacher proposes: one bash command a turn (mini-swe-agent's
+    traces), or one call of CodingEnv's tools a turn (002a's and the pilot's traces: actions 004's student takes)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -139,33 +141,72 @@ COMMAND_QUESTION = (
     "What should the agent do next? Reply with exactly one bash code block holding the single next command the "
     "agent should run, and nothing else."
 )
-TOPK_SCHEMA = {
-    "type": "object",
-    "properties": {"candidates": {"type": "array", "items": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}, "probability": {"type": "number"}},
-        "required": ["command", "probability"], "additionalProperties": False}}},
-    "required": ["candidates"], "additionalProperties": False,
-}
+def _candidates_schema(fields: dict) -> dict:
+    """The structured-output schema of a top-k answer: {"candidates": [{fields..., "probability": number}]}."""
+    item = {"type": "object", "properties": {**fields, "probability": {"type": "number"}},
+            "required": [*fields, "probability"], "additionalProperties": False}
+    return {"type": "object", "properties": {"candidates": {"type": "array", "items": item}},
+            "required": ["candidates"], "additionalProperties": False}
+
+
+TOPK_SCHEMA = _candidates_schema({"command": {"type": "string"}})
+
+
+TOOLS_SYSTEM = (
+    "You are an expert software engineer reviewing the trajectory of a coding agent. The agent works in a "
+    "repository to resolve a GitHub issue: each of its turns calls one of these tools, and the next message shows "
+    "what the tool returned:\n{tools}\nYou will see the agent's instructions, its task and its turns so far (each "
+    "call written as tool(arguments)); then you will be asked what the agent should do next."
+)
+TOOLS_TOPK_QUESTION = (
+    "What should the agent do next? Give the {k} most promising next tool calls (fewer if fewer make sense), each "
+    "one call of the agent's tools, with your probability that it is the best next action. Answer with a single "
+    "JSON object and nothing else: its key \"candidates\" holds a list of objects with the keys \"tool\" (the "
+    "tool's name), \"arguments\" (the call's arguments: a JSON object, encoded as a string) and \"probability\" (a "
+    "number from 0 to 1); the probabilities add up to 1."
+)
+TOOL_CALL_QUESTION = (
+    "What should the agent do next? Reply with the single next tool call and nothing else: one JSON object with "
+    "the keys \"tool\" (the tool's name) and \"arguments\" (an object of its arguments)."
+)
+TOOLS_TOPK_SCHEMA = _candidates_schema({"tool": {"type": "string"}, "arguments": {"type": "string"}})
 
 
 def question(spec: TeacherSpec) -> str:
+    if spec.action_space == "tools":
+        return TOOLS_TOPK_QUESTION.format(k=spec.k) if spec.mode == "topk" else TOOL_CALL_QUESTION
     return TOPK_QUESTION.format(k=spec.k) if spec.mode == "topk" else COMMAND_QUESTION
 
 
-def history(state_messages: list[dict]) -> list[dict]:
+@functools.cache
+def tool_list() -> str:
+    """CodingEnv's tools as the teacher reads them: one line each, name(parameters): what it does."""
+    from composer.env.environment import tool_schemas  # the environment's own schemas (loads transformers)
+
+    lines = []
+    for schema in tool_schemas():
+        f = schema["function"]
+        lines.append(f"  {f['name']}({', '.join(f['parameters'].get('properties', {}))}): "
+                     + f["description"].split("\n")[0])
+    return "\n".join(lines)
+
+
+def history(state_messages: list[dict], action_space: str = "bash") -> list[dict]:
     """The agent's chat as plain text turns: system (our framing + the agent's own), the task, then each agent
-    turn with its command in a ```bash block, each tool output as a user message. Plain text needs no tool
-    schema, which every provider accepts alike, and it is a pure function of the trace, so step t's history is
-    byte for byte a prefix of step t+1's: what prompt caching needs."""
-    system = TEACHER_SYSTEM
+    turn with its command in a ```bash block (action_space "bash") or its call as tool(arguments) ("tools"), each
+    tool output as a user message. Plain text needs no tool schema, which every provider accepts alike, and it is
+    a pure function of the trace, so step t's history is byte for byte a prefix of step t+1's: what prompt caching
+    needs."""
+    tools = action_space == "tools"
+    system = TOOLS_SYSTEM.format(tools=tool_list()) if tools else TEACHER_SYSTEM
     out = []
     for m in state_messages:
         content = m.get("content") or ""
         if m["role"] in ("system", "developer"):
             system += AGENT_SYSTEM_HEADER + content
         elif m["role"] == "assistant":
-            blocks = [f"```bash\n{_call_text(call)}\n```" for call in m.get("tool_calls") or []]
+            blocks = [_tool_text(call) if tools else f"```bash\n{_call_text(call)}\n```"
+                      for call in m.get("tool_calls") or []]
             out.append({"role": "assistant", "content": "\n\n".join(([content] if content else []) + blocks)})
         else:  # user and tool messages are what the agent was shown
             out.append({"role": "user", "content": content})
@@ -183,6 +224,10 @@ def _call_text(call: dict) -> str:
     return f"{call['function']['name']} {raw}"
 
 
+def _tool_text(call: dict) -> str:
+    return f"{call['function']['name']}({call['function']['arguments']})"
+
+
 def teacher_messages(state_messages: list[dict], spec: TeacherSpec, *, context: str = "full", window: int = 8,
                      cache: bool = True, previous: int | None = None) -> list[dict]:
     """The messages sent to `spec` at one step: history under the context policy, then the question.
@@ -194,7 +239,7 @@ def teacher_messages(state_messages: list[dict], spec: TeacherSpec, *, context: 
     length of its history(), read now; Anthropic looks only 20 blocks back from a breakpoint, so sampled steps
     need that explicit one); under "window" at the end of the task, the one prefix a sliding window keeps.
     """
-    turns = history(state_messages)
+    turns = history(state_messages, spec.action_space)
     marks = set()
     if context == "window":
         first = next((i for i, m in enumerate(turns) if m["role"] == "assistant"), len(turns))
@@ -236,8 +281,9 @@ def request_body(spec: TeacherSpec, messages: list[dict], *, session: str | None
     if spec.mode == "logprobs":
         body["logprobs"] = True
     if spec.mode == "topk" and spec.structured_output:
+        schema = TOOLS_TOPK_SCHEMA if spec.action_space == "tools" else TOPK_SCHEMA
         body["response_format"] = {"type": "json_schema",
-                                   "json_schema": {"name": "next_actions", "strict": True, "schema": TOPK_SCHEMA}}
+                                   "json_schema": {"name": "next_actions", "strict": True, "schema": schema}}
     if spec.provider:
         # Without require_parameters an endpoint lacking logprobs would answer without them, silently.
         body["provider"] = {"order": spec.provider, "allow_fallbacks": False,
@@ -259,9 +305,10 @@ def request_key(spec: TeacherSpec, body: dict, sample: int) -> str:
 def distribution_of(spec: TeacherSpec, text: str, logprobs: list | None) -> dict[str, float]:
     """The distribution one answer gives: topk's renormalized candidates, a sample's single action, or a
     logprobs sample's action with its sequence probability and OTHER holding the rest."""
+    tools = spec.action_space == "tools"
     if spec.mode == "topk":
-        return parse_topk(text, spec.k)
-    action = parse_command(text)
+        return parse_topk_calls(text, spec.k) if tools else parse_topk(text, spec.k)
+    action = parse_call(text) if tools else parse_command(text)
     if spec.mode == "samples":
         return {action: 1.0}
     if not logprobs:
@@ -271,63 +318,7 @@ def distribution_of(spec: TeacherSpec, text: str, logprobs: list | None) -> dict
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Prices
-
-
-def openrouter_prices(model: str, when: datetime | None = None) -> Prices:
-    """$ per million tokens for `model` on OpenRouter in genai-prices' bundled table, in effect at `when` (now).
-
-    Read back from genai-prices itself (pricing a million tokens of each kind), so dated price changes apply
-    exactly as calc_price applies them. LookupError if the table does not know the model."""
-    def price(**usage) -> float:
-        result = calc_price(Usage(**usage), model, provider_id="openrouter", genai_request_timestamp=when)
-        return float(result.total_price)
-
-    m = 1_000_000
-    return Prices(input=price(input_tokens=m), output=price(output_tokens=m),
-                  cache_read=price(input_tokens=m, cache_read_tokens=m),
-                  cache_write=price(input_tokens=m, cache_write_tokens=m))
-
-
-def computed_cost(model: str, prompt: int, cached: int, written: int, completion: int) -> float:
-    """Dollars for one call from its token counts (genai-prices, OpenRouter table, now). Reasoning tokens are
-    part of completion tokens, as OpenAI and OpenRouter count them."""
-    usage = Usage(input_tokens=prompt, cache_read_tokens=cached, cache_write_tokens=written, output_tokens=completion)
-    return float(calc_price(usage, model, provider_id="openrouter").total_price)
-
-
-def price_provenance(models: list[str], today: date | None = None) -> dict:
-    """Where the prices come from: the genai-prices version, and per model the date its current OpenRouter
-    price took effect in that table (None: no dated change recorded, the model's first listed price)."""
-    today = today or datetime.now(UTC).date()
-    since = {}
-    for model in models:
-        _, info = get_snapshot().find_provider_model(model, None, "openrouter", None)
-        dated = info.prices if isinstance(info.prices, list) else []  # a list: prices with date constraints
-        dates = [d for p in dated if (d := getattr(p.constraint, "start_date", None)) is not None and d <= today]
-        since[model] = max(dates).isoformat() if dates else None
-    return {"source": f"genai-prices {metadata.version('genai-prices')} (bundled table, provider openrouter)",
-            "as_of": today.isoformat(), "price_since": since}
-
-
-def guard_prices(spec: TeacherSpec) -> Prices:
-    """Per-kind maximum of the OpenRouter price and the simulated profile's price (the offline server bills
-    the latter): whichever endpoint answers, the worst case is not under-estimated."""
-    candidates = []
-    with contextlib.suppress(LookupError):
-        candidates.append(openrouter_prices(spec.model))
-    profile = load_profiles().get(spec.model)
-    if profile is not None:
-        candidates.append(profile.prices)
-    if not candidates:
-        raise LookupError(f"no price known for {spec.model!r} (genai-prices or providers.yaml): the budget "
-                          "guard cannot bound its cost")
-
-    def top(kind):
-        return max((getattr(p, kind) if getattr(p, kind) is not None else p.input) for p in candidates)
-
-    return Prices(input=top("input"), output=top("output"), cache_read=top("cache_read"),
-                  cache_write=top("cache_write"))
+# The budget guard's bound
 
 
 def worst_case_usd(prices: Prices, messages: list[dict], max_tokens: int) -> float:
@@ -476,6 +467,22 @@ class _Call:
         self.attempts = 0
 
 
+@dataclasses.dataclass
+class Sent:
+    """What one logical call came back with (Teacher.send): the response body, or the error; `usage`: the
+    TeacherQuery usage fields (prompt_tokens, cached_tokens, cache_write_tokens, completion_tokens,
+    reasoning_tokens, cost_usd, cost_source) of an answer."""
+
+    data: dict | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    usage: dict = dataclasses.field(default_factory=dict)
+    unsettled_usd: float = 0.0
+    latency_s: float = 0.0
+    attempts: int = 0
+    simulated: bool = False
+
+
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("composer_teacher_call", default=None)
 
 
@@ -532,7 +539,7 @@ class Teacher:
         self.spec, self.store = spec, store
         self.slots = slots or asyncio.Semaphore(64)
         self.limiter = RateLimiter(spec.max_rps)
-        self.prices = guard_prices(spec)
+        self.prices = guard_prices(spec.model)
         self._key = api_key(spec)  # kept only here and in the client: redacted from anything recorded
         hooks = {"request": [self._on_request], "response": [self._on_response]}
         self.client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=self._key, max_retries=spec.max_retries,
@@ -552,7 +559,7 @@ class Teacher:
             # An error response generated nothing, and providers bill none (a 200's row waits for its usage).
             self.store.settle(call.open.pop(), 0.0, f"http {response.status_code}")
 
-    def _redact(self, text: str | None) -> str | None:
+    def redacted(self, text: str | None) -> str | None:
         return redact(text, self._key)
 
     async def ask(self, messages: list[dict], *, trace_id: str, step: int, sample: int = 0,
@@ -568,9 +575,19 @@ class Teacher:
         stored = self.store.answer(key)
         if stored is not None:
             return TeacherQuery(**base, **stored, cached=True)
+        sent = await self.send(body, key, worst_case_usd(self.prices, messages, spec.max_tokens))
+        record = self._record(base, sent)
+        if record.error_kind is None:
+            self.store.save(key, spec.name, spec.model, sample, record.model_dump(
+                exclude=set(base) | {"cached"}))
+        return record
+
+    async def send(self, body: dict, key: str, worst: float) -> "Sent":
+        """One logical call of `body` (the SDK's retries inside it) under the store's ledger and budget guard,
+        its cost settled: what came back, or the failure, classified. No cache lookup (callers keep their own)."""
         await self.limiter.wait()
         async with self.slots:
-            call = _Call(key, worst_case_usd(self.prices, messages, spec.max_tokens))
+            call = _Call(key, worst)
             token = _CALL.set(call)
             start = time.perf_counter()
             data, headers, failure = None, {}, None
@@ -586,64 +603,66 @@ class Teacher:
             finally:
                 _CALL.reset(token)
             latency = time.perf_counter() - start
-        record = self._record(base, call, data, headers, failure, latency)
-        if record.error_kind is None:
-            self.store.save(key, spec.name, spec.model, sample, record.model_dump(
-                exclude=set(base) | {"cached"}))
-        return record
+        return self._settle(call, data, headers, failure, latency)
 
-    def _record(self, base: dict, call: _Call, data, headers, failure, latency: float) -> TeacherQuery:
+    def _settle(self, call: _Call, data, headers, failure, latency: float) -> "Sent":
         spec = self.spec
-        simulated = headers.get("x-composer-simulated") == "true"
-        kind = message = None
+        sent = Sent(latency_s=latency, simulated=headers.get("x-composer-simulated") == "true")
         if failure is not None:
-            kind, message = classify(failure)
+            sent.error_kind, message = classify(failure)
         elif not isinstance(data, dict) or "error" in data or not data.get("choices"):
             # OpenRouter can answer 200 with an error object when the provider fails after routing.
-            kind, message = "provider_error", json.dumps(data)[:500]
-        if kind is not None:
-            unsettled = 0.0
-            if kind == "malformed" and call.open:  # a 200 whose body we could not read: maybe billed
+            sent.error_kind, message = "provider_error", json.dumps(data)[:500]
+        if sent.error_kind is not None:
+            if sent.error_kind == "malformed" and call.open:  # a 200 whose body we could not read: maybe billed
                 self.store.settle(call.open.pop(), call.worst, "unsettled")
-                unsettled = call.worst
-            unsettled += self._abandon(call)
-            return TeacherQuery(**base, model_used=None, provider=None, distribution=None, raw_text=None,
-                                parse_error=None, unsettled_usd=unsettled, latency_s=latency,
-                                attempts=call.attempts, error_kind=kind, error=self._redact(message),
-                                simulated=simulated)
+                sent.unsettled_usd = call.worst
+            sent.unsettled_usd += self._abandon(call)
+            sent.error, sent.attempts = self.redacted(message), call.attempts
+            return sent
         usage = data.get("usage") or {}
-        prompt = usage.get("prompt_tokens")
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        written = (usage.get("prompt_tokens_details") or {}).get("cache_write_tokens") or 0
-        completion = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        sent.data = data
         reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        counts = sent.usage = {"prompt_tokens": usage.get("prompt_tokens"),
+                               "cached_tokens": details.get("cached_tokens") or 0,
+                               "cache_write_tokens": details.get("cache_write_tokens") or 0,
+                               "completion_tokens": usage.get("completion_tokens"), "reasoning_tokens": reasoning}
         cost, source = usage.get("cost"), "usage.cost"
         if not isinstance(cost, (int, float)) or isinstance(cost, bool):
             cost, source = None, None
             with contextlib.suppress(Exception):  # an unknown model or missing counts: stays unsettled
-                cost = computed_cost(data.get("model") or spec.model, prompt, cached, written, completion)
+                cost = computed_cost(data.get("model") or spec.model, counts["prompt_tokens"], counts["cached_tokens"],
+                                     counts["cache_write_tokens"], counts["completion_tokens"])
                 source = "genai-prices"
         if cost is not None:
             self.store.settle(call.open.pop(), float(cost), "settled")
-            unsettled = 0.0
+            counts.update(cost_usd=float(cost), cost_source=source)
         else:  # no usage.cost and no table price: the answer stays at its worst case
             self.store.settle(call.open.pop(), call.worst, "unsettled")
-            unsettled = call.worst
-        unsettled += self._abandon(call)
+            sent.unsettled_usd = call.worst
+        sent.unsettled_usd += self._abandon(call)
+        sent.attempts = call.attempts
+        return sent
+
+    def _record(self, base: dict, sent: "Sent") -> TeacherQuery:
+        common = dict(unsettled_usd=sent.unsettled_usd, latency_s=sent.latency_s, attempts=sent.attempts,
+                      simulated=sent.simulated)
+        if sent.error_kind is not None:
+            return TeacherQuery(**base, model_used=None, provider=None, distribution=None, raw_text=None,
+                                parse_error=None, error_kind=sent.error_kind, error=sent.error, **common)
+        data = sent.data
         choice = data["choices"][0]
         text = (choice.get("message") or {}).get("content") or ""
         logprobs = (choice.get("logprobs") or {}).get("content")
         distribution = parse_error = None
         try:
-            distribution = distribution_of(spec, text, logprobs)
+            distribution = distribution_of(self.spec, text, logprobs)
         except ParseError as e:
             parse_error = str(e)
-        return TeacherQuery(
-            **base, model_used=data.get("model"), provider=data.get("provider"), distribution=distribution,
-            raw_text=self._redact(text), parse_error=parse_error, prompt_tokens=prompt, cached_tokens=cached,
-            cache_write_tokens=written, completion_tokens=completion, reasoning_tokens=reasoning,
-            cost_usd=None if cost is None else float(cost), cost_source=source, unsettled_usd=unsettled,
-            latency_s=latency, attempts=call.attempts, simulated=simulated)
+        return TeacherQuery(**base, model_used=data.get("model"), provider=data.get("provider"),
+                            distribution=distribution, raw_text=self.redacted(text), parse_error=parse_error,
+                            **sent.usage, **common)
 
     def _abandon(self, call: _Call) -> float:
         """Attempts left open got no answer we could read (timeouts, dropped connections): the provider may

@@ -28,6 +28,7 @@ SLOWEST_FIRST = ["test_notebooks.py",  # 435
                  "test_prime.py",  # 196
                  "test_vllm_cpu.py",  # 186 (skips without vLLM's CPU build)
                  "test_bench_env.py",  # 154
+                 "test_pilot.py",  # ~100 alone (kill -9 and rerun, podman's real instance, the fault profiles)
                  "test_bench_gpu.py",  # 89
                  "test_replay.py",  # 80
                  "test_lab.py",  # 48 (skips without JupyterLab, Playwright or Chromium)

@@ -20,7 +20,7 @@ from collections import Counter
 
 import pytest
 
-from composer import replay, run, teachers
+from composer import prices, replay, run, teachers
 from composer.bench.replay import synthetic_traces
 from composer.paths import ROOT
 from composer.serve import serve
@@ -133,7 +133,7 @@ def test_budget_cap_stops_cleanly_and_is_never_exceeded(tokenizer, key, tmp_path
     traces = synthetic_traces(2, 6)
     with simulated(tokenizer) as server:
         s = specs(server.base_url, max_tokens=200)
-        worst = teachers.worst_case_usd(teachers.guard_prices(s[0]), teachers.teacher_messages(
+        worst = teachers.worst_case_usd(prices.guard_prices(s[0].model), teachers.teacher_messages(
             traces["synthetic-0"][5].state.messages, s[0]), 200)
         cap = 3 * worst  # a few calls fit, the whole plan (12 calls) does not
         result = asyncio.run(replay.replay(traces, s, tmp_path, budget_usd=cap, concurrency=2))
@@ -274,8 +274,8 @@ def test_projection_arithmetic_by_hand():
     gpt5 = TeacherSpec(name="gpt5", model="openai/gpt-5", expected_output_tokens=100)
     opus = TeacherSpec(name="opus", model="anthropic/claude-opus-4.7", cache_control=True, expected_output_tokens=100)
     Q5, Qo = n(teachers.question(gpt5)), n(teachers.question(opus))
-    prices = teachers.openrouter_prices("openai/gpt-5")
-    assert (prices.input, prices.cache_read, prices.output) == (1.25, 0.125, 10.0)
+    table = prices.openrouter_prices("openai/gpt-5")
+    assert (table.input, table.cache_read, table.output) == (1.25, 0.125, 10.0)
 
     def n0(q):  # each message is [start, role, content..., end]; 3 more ids prime the reply
         return (S + 3) + (2000 + 3) + (q + 3) + 3

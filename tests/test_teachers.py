@@ -14,9 +14,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from genai_prices import Usage, calc_price
 
-from composer import teachers
+from composer import prices, teachers
 from composer.providers import cost
 from composer.serve import serve
 from composer.teachers import OTHER, BudgetExceeded, Store, Teacher, TeacherSpec
@@ -61,34 +60,6 @@ def test_logprobs_distribution_is_the_sequence_probability():
         teachers.distribution_of(s, "```bash\nls\n```", None)
 
 
-# -------------------------------------------------------------------------------------------------------------
-# Prices and costs
-
-
-@pytest.mark.parametrize("model", ["anthropic/claude-opus-4.7", "openai/gpt-5", "deepseek/deepseek-v4-pro"])
-def test_linear_prices_match_genai_prices(model):
-    prices = teachers.openrouter_prices(model)
-    for prompt, cached, written, out in [(1000, 0, 0, 0), (12345, 8000, 2000, 777), (50000, 49000, 0, 1500)]:
-        expected = float(calc_price(Usage(input_tokens=prompt, cache_read_tokens=cached, cache_write_tokens=written,
-                                          output_tokens=out), model, provider_id="openrouter").total_price)
-        assert cost(prices, prompt, cached, written, out) == pytest.approx(expected, rel=1e-12)
-        assert teachers.computed_cost(model, prompt, cached, written, out) == pytest.approx(expected, rel=1e-12)
-
-
-def test_opus_prices_by_hand():
-    # $5 in, $25 out, reads $0.50, writes $6.25 per million: 10k prompt of which 8k read and 1k written, 300 out
-    assert teachers.computed_cost("anthropic/claude-opus-4.7", 10_000, 8_000, 1_000, 300) == pytest.approx(
-        (1_000 * 5 + 8_000 * 0.5 + 1_000 * 6.25 + 300 * 25) / 1e6)
-
-
-def test_guard_prices_take_the_dearer_of_table_and_simulation():
-    p = teachers.guard_prices(TeacherSpec(name="d", model="deepseek/deepseek-v4-pro"))
-    table = teachers.openrouter_prices("deepseek/deepseek-v4-pro")
-    assert p.input == max(table.input, 1.74) and p.output == max(table.output, 3.48)
-    with pytest.raises(LookupError, match="budget"):
-        teachers.guard_prices(TeacherSpec(name="x", model="nobody/no-model"))
-
-
 def test_cost_from_usage_cost_and_from_genai_prices(tokenizer, monkeypatch, tmp_path):
     monkeypatch.setenv("COMPOSER_TEST_KEY", "sk-local-test")
     question = "What next?"
@@ -105,7 +76,7 @@ def test_cost_from_usage_cost_and_from_genai_prices(tokenizer, monkeypatch, tmp_
         store = Store(tmp_path / "b.sqlite", cap_usd=1.0)
         q = asyncio.run(ask(Teacher(spec(server.base_url), store), question))
     assert q.cost_source == "genai-prices" and not q.simulated
-    assert q.cost_usd == pytest.approx(teachers.computed_cost("openai/gpt-5", q.prompt_tokens, 0, 0, q.completion_tokens))
+    assert q.cost_usd == pytest.approx(prices.computed_cost("openai/gpt-5", q.prompt_tokens, 0, 0, q.completion_tokens))
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -146,7 +117,7 @@ def test_budget_refuses_before_sending_and_resume_pays_nothing(tokenizer, monkey
     with serve(models={"openai/gpt-5": tokenizer}, profiles={"openai/gpt-5": {"prices": GPT5_PRICES}},
                backend="echo") as server:
         s = spec(server.base_url, max_tokens=100)
-        worst = teachers.worst_case_usd(teachers.guard_prices(s), [{"role": "system", "content": "s"},
+        worst = teachers.worst_case_usd(prices.guard_prices(s.model), [{"role": "system", "content": "s"},
                                                                    {"role": "user", "content": "x" * 50}], 100)
         store = Store(tmp_path / "r.sqlite", cap_usd=2.5 * worst)
         teacher = Teacher(s, store)
@@ -177,7 +148,7 @@ def test_worst_case_bounds_the_simulated_bill(tokenizer, monkeypatch, tmp_path):
         s = spec(server.base_url, max_tokens=4000)
         store = Store(tmp_path / "w.sqlite", cap_usd=10.0)
         q = asyncio.run(ask(Teacher(s, store), text))
-    worst = teachers.worst_case_usd(teachers.guard_prices(s), [{"role": "system", "content": "s"},
+    worst = teachers.worst_case_usd(prices.guard_prices(s.model), [{"role": "system", "content": "s"},
                                                                {"role": "user", "content": text}], 4000)
     assert 0 < q.cost_usd <= worst
 

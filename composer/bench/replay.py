@@ -33,7 +33,7 @@ import time
 import numpy as np
 import psutil
 
-from composer import replay, teachers, traces
+from composer import prices, replay, teachers, traces
 from composer.bench import machine
 
 TARGET_FANOUT = 1.10
@@ -121,7 +121,7 @@ def costs(by_trace, seed: int) -> dict:
                             "mean_usd_per_trace": row["mean_usd_per_trace"],
                             "meets_aim": row["median_usd_per_trace"] <= AIM_USD_PER_TRACE,
                             "times_aim": row["median_usd_per_trace"] / AIM_USD_PER_TRACE} for row in table],
-        "cost_traces": len(by_trace), "prices": teachers.price_provenance([s.model for s in default_specs()]),
+        "cost_traces": len(by_trace), "prices": prices.price_provenance([s.model for s in default_specs()]),
         "cost_basis": "projection: cl100k token counts of the real traces at genai-prices' OpenRouter prices",
     }
 
