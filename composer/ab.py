@@ -26,7 +26,12 @@ pass@1 ~0.12). Checked by simulation in tests/test_ab.py under an additive and a
 model: the low end above 0 in at most 3 % of experiments with no effect, and at least 78 % at the mean reported mde.
 
 The rule: VALIDATED when the estimate is at least `min_effect` (2 points) and the interval's
-low end is above 0; INVALIDATED when the interval's high end is below `min_effect`; else INCONCLUSIVE.
+low end is above 0; INVALIDATED when the interval's high end is below `min_effect`; else INCONCLUSIVE. A student with
+no headroom cannot invalidate: when the reference arm's pass@1 is surely below HEADROOM_FLOOR (its Wilson interval's
+high end), an INVALIDATED reading is INCONCLUSIVE instead (`read_with_headroom`): a student that solves (almost)
+nothing shows no effect of anything, and that is not evidence against the channel. All-zero outcomes at 7 seeds x
+2,294 tasks read INVALIDATED with an interval of +-0.0002 before this rule; at a 2.8 % base rate and no effect, 98 %
+of simulated experiments did (tests/test_ab.py).
 """
 
 import dataclasses
@@ -37,6 +42,11 @@ import numpy as np
 from composer import report, stats
 
 MIN_EFFECT = 0.02  # the gate: B beats A by >= 2 points of pass@1
+# The base rate below which a student is not evidence against the channel (composer.power refuses to plan for one):
+# published RL runs on SWE-bench Verified move students from 3.6 % (Qwen3-8B, no thinking: to 9.4 %, SkyRL-v0), 18 %
+# (Qwen3-14B, thinking: to 21.6 %) and 23 % (Qwen3-32B: to 42 %, DeepSWE); a 2-point effect of a channel on top of
+# RL is a fraction of such a move, and below 5 % there is little of it to take a fraction of.
+HEADROOM_FLOOR = 0.05
 
 
 def _outcomes(x, name: str) -> np.ndarray:
@@ -82,6 +92,26 @@ def read_after_positive_control(criterion: report.Criterion, positive: dict | No
     if positive is None or detected(positive):
         return criterion
     why = f"the design did not detect {label} ({interval_text(positive)})"
+    return dataclasses.replace(criterion, undecided_why=why)
+
+
+def headroom(reference, confidence: float = 0.95, floor: float = HEADROOM_FLOOR) -> str | None:
+    """Why the reference arm (its 0/1 outcomes, any shape) leaves no headroom: its pass@1's Wilson interval lies
+    wholly below `floor`; None when it may not."""
+    x = np.asarray(reference, dtype=float)
+    ci = stats.wilson_interval(int(x.sum()), x.size, confidence=confidence)
+    if ci.high >= floor:
+        return None
+    return (f"no headroom: the reference's pass@1 is {ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}] (Wilson), below "
+            f"the {floor:.0%} floor; a student that solves this little cannot show the channel failing")
+
+
+def read_with_headroom(criterion: report.Criterion, reference, confidence: float = 0.95) -> report.Criterion:
+    """The treatment's criterion, undecided where it would be INVALIDATED by a student without headroom
+    (`headroom`); a pass stands (an effect seen from a low base rate is still an effect)."""
+    why = headroom(reference, confidence)
+    if why is None or report.decide_verdict([criterion]) != "INVALIDATED":
+        return criterion
     return dataclasses.replace(criterion, undecided_why=why)
 
 
@@ -179,7 +209,8 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
     the seeds x tasks cells; with no discordant cell, `zero_discordance_interval`), components (the variance
     components behind it), per_seed (paired bootstrap CI over tasks, one per seed, conditional on it),
     discordance (share of cells whose pass@1 differs), mde (stats.crossed_detectable_effect_at this design, the
-    variance at the effect: `difference`; with no discordant cell, the exact bound), verdict, seeds, tasks,
+    variance at the effect: `difference`; with no discordant cell, the exact bound), verdict (`read_with_headroom`),
+    headroom (None, or why A leaves none), seeds, tasks,
     tasks_needed and seeds_needed (None unless INCONCLUSIVE, or when no number would do: design_needed at the
     variance at min_effect; with no discordant cell, the tasks per seed at which the exact bound would fall under
     min_effect).
@@ -193,7 +224,8 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
     diff = core["diff"]
     per_seed = [stats.paired_bootstrap_diff(cells_a[i], cells_b[i], confidence=confidence, n_resamples=n_resamples,
                                             seed=seed) for i in range(n_seeds)] if n_tasks >= 2 else []
-    decided = verdict(diff.estimate, diff.low, diff.high, min_effect)
+    decided = report.decide_verdict([read_with_headroom(gate(diff.estimate, diff.low, diff.high, min_effect), a,
+                                                        confidence)])
     needed = {"tasks_per_seed": None, "seeds": None}
     if decided == "INCONCLUSIVE":
         needed = (design_needed(core["components"], min_effect, alpha=1 - confidence,
@@ -211,6 +243,7 @@ def compare(a, b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95, n
         "mde": core["mde"],
         "min_effect": min_effect,
         "verdict": decided,
+        "headroom": headroom(a, confidence),
         "seeds": n_seeds,
         "tasks": n_tasks,
         "tasks_needed": needed["tasks_per_seed"],

@@ -260,3 +260,33 @@ def test_reading_b_at_the_first_dose_that_detects_the_positive_control_keeps_its
     assert false_positive / 400 <= 0.03, (read, false_positive)
     if positive[0] > 0:
         assert read / 400 >= 0.75, (read, false_positive)
+
+
+def test_a_student_that_solves_nothing_does_not_invalidate():
+    """All-zero outcomes at 7 seeds x 2,294 tasks: the exact bound is +-0.0002, INVALIDATED before the headroom rule."""
+    zeros = np.zeros((7, 2294, 1))
+    result = ab.compare(zeros, zeros)
+    assert result["diff"]["high"] < 0.001 and result["verdict"] == "INCONCLUSIVE"
+    assert result["headroom"].startswith("no headroom: the reference's pass@1 is 0.000")
+
+
+def test_no_effect_at_a_low_base_rate_reads_inconclusive_and_a_real_effect_still_passes():
+    rng = np.random.default_rng(0)
+    low = [ab.compare(rng.random((3, 300, 4)) < 0.028, rng.random((3, 300, 4)) < 0.028)["verdict"]
+           for _ in range(40)]
+    assert "INVALIDATED" not in low  # 98 % of such experiments read INVALIDATED before the rule
+    seen = ab.compare(rng.random((3, 300, 4)) < 0.01, rng.random((3, 300, 4)) < 0.12)
+    assert seen["verdict"] == "VALIDATED" and seen["headroom"] is not None  # an effect from a low base is an effect
+    # with headroom, no effect still invalidates
+    room = ab.compare(rng.random((5, 2000, 4)) < 0.3, rng.random((5, 2000, 4)) < 0.3)
+    assert room["headroom"] is None and room["verdict"] == "INVALIDATED"
+
+
+def test_read_with_headroom_leaves_every_other_reading_alone():
+    from composer import report
+
+    none = np.zeros((2, 100, 4))
+    failing, passing, open_ = ab.gate(0.0, -0.01, 0.01), ab.gate(0.05, 0.01, 0.09), ab.gate(0.01, -0.02, 0.04)
+    assert report.decide_verdict([ab.read_with_headroom(failing, none)]) == "INCONCLUSIVE"
+    assert ab.read_with_headroom(passing, none) is passing and ab.read_with_headroom(open_, none) is open_
+    assert ab.read_with_headroom(failing, np.ones((2, 100, 4)) * (np.arange(4) < 1)) is failing  # 25 %: room

@@ -596,3 +596,28 @@ def test_the_runbooks_dry_run_block_is_what_the_command_prints(capsys):
     assert "```\n" + "\n".join(printed) + "\n```" in doc
     readme = (ROOT / "README.md").read_text()
     assert "python -m composer pilot --student qwen/qwen3-8b --pool verified --episodes 50 --dry-run" in readme
+
+
+def test_003_live_runs_from_the_pilots_traces_through_the_simulated_teachers(scripted, records, tmp_path):
+    """The 003 notebook's live path on the pilot's traces, with 001's three teachers pointed at the simulated
+    providers (composer serve): no GPU, no key. The stand-ins echo, so no pairs; the report says offline."""
+    from composer import report, run as runner, teachers
+
+    spec = pilot.student_spec(MODEL, base_url=scripted.base_url)
+    run(spec, records[:1], tmp_path / "pilot", samples=1)
+    specs = [teachers.TeacherSpec(**t) for t in teachers.DEFAULT_TEACHERS]
+    with teachers.offline_teachers(specs, time_scale=0.01) as local:
+        live = [s.model_dump(include={"name", "model", "base_url", "provider", "max_tokens", "timeout_s"})
+                for s in local]
+        code = runner.run("003", reports_dir=tmp_path / "reports", overrides={
+            "backend": "live", "traces_source": str(tmp_path / "pilot" / pilot.TRACES_FILE), "live_teachers": live,
+            "steps_per_trace": 2, "reference_logps": False, "budget_usd": 1.0, "out_dir": str(tmp_path / "003")})
+    assert code == 0
+    results = report.read_results(tmp_path / "reports" / "003-dpo-pairs-from-disagreement" / "executed.ipynb")
+    assert results["backend"] == "offline" and any("simulated providers" in n for n in results["notes"])
+    queries = [json.loads(line) for line in (tmp_path / "003" / "teacher_queries.jsonl").read_text().splitlines()]
+    assert len(queries) == 3 * 2 and all(q["simulated"] and q["parse_error"] for q in queries)
+    # the echo answers with the question it was asked: the tool-space question, so the pairs would be tool calls
+    assert {q["raw_text"] for q in queries} == {teachers.TOOLS_TOPK_QUESTION.format(k=5)}
+    assert all(q["student_action"] is None or q["student_action"].split("(")[0] in ("run_tests", "edit", "submit")
+               for q in queries)  # the student's own calls (None: its malformed turn)
