@@ -39,14 +39,10 @@ import math
 
 import numpy as np
 
-from composer import report, stats
+from composer import power, report, stats
 
 MIN_EFFECT = 0.02  # the gate: B beats A by >= 2 points of pass@1
-# The base rate below which a student is not evidence against the channel (composer.power refuses to plan for one):
-# published RL runs on SWE-bench Verified move students from 3.6 % (Qwen3-8B, no thinking: to 9.4 %, SkyRL-v0), 18 %
-# (Qwen3-14B, thinking: to 21.6 %) and 23 % (Qwen3-32B: to 42 %, DeepSWE); a 2-point effect of a channel on top of
-# RL is a fraction of such a move, and below 5 % there is little of it to take a fraction of.
-HEADROOM_FLOOR = 0.05
+HEADROOM_FLOOR = power.HEADROOM_FLOOR  # below it a student is no evidence against the channel (the reason: there)
 
 
 def _outcomes(x, name: str) -> np.ndarray:

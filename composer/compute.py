@@ -114,12 +114,13 @@ def _qwen3(params_b: float, layers: int, hidden: int, query_heads: int) -> Model
 
 # The Qwen3 model cards and config.json on Hugging Face (Qwen/Qwen3-*): parameters, layers, hidden size, query
 # heads; every size has 8 KV heads of dimension 128 and a 151,936-token vocabulary. Qwen3-32B is here only for a
-# published run's check (tests/test_plan.py), not a student 004 would train.
+# published run's check (tests/test_plan.py), not a student 004 would train (its full fine-tune fits no layout).
 MODELS = {
     "Qwen/Qwen3-0.6B": _qwen3(0.6, 28, 1024, 16),
     "Qwen/Qwen3-1.7B": _qwen3(1.7, 28, 2048, 16),
     "Qwen/Qwen3-4B": _qwen3(4.0, 36, 2560, 32),
     "Qwen/Qwen3-8B": _qwen3(8.19, 36, 4096, 32),
+    "Qwen/Qwen3-14B": _qwen3(14.8, 40, 5120, 40),
     "Qwen/Qwen3-32B": _qwen3(32.8, 64, 5120, 64),
 }
 

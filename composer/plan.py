@@ -109,6 +109,9 @@ def main(argv=None) -> int:
                         ".parquet) instead of the named pools")
     parser.add_argument("--student", action="append", help=f"with --budget-usd, search only this student "
                         f"(repeatable; default {', '.join(power.STUDENTS)})")
+    parser.add_argument("--base-rate", action="append", default=[], metavar="STUDENT=P", help="with --budget-usd, a "
+                        "student's pass@1 on the pool (a pilot's or a cited figure), in place of power.BASE_RATES "
+                        "(repeatable)")
     parser.add_argument("--serial-tools", action="store_true", help="price TRL's serial tool loop: each process runs "
                         "its episodes' tool calls and gradings one after another (collect.build_trainer("
                         "concurrent_tools=False); default: concurrently, as the code runs them)")
@@ -175,26 +178,46 @@ def _budget(args, assumptions) -> int:
         print(f"--student: {e}", file=sys.stderr)
         return 2
     try:
+        base_rates = {}
+        for item in args.base_rate:
+            name, _, value = item.partition("=")
+            base_rates[name] = (float(value), "given on the command line")
+            compute.model(name)
+            if not 0 <= base_rates[name][0] <= 1:
+                raise ValueError("a pass@1 is between 0 and 1")
+    except ValueError as e:
+        print(f"--base-rate {item}: {e} (STUDENT=P, e.g. Qwen/Qwen3-8B=0.12)", file=sys.stderr)
+        return 2
+    try:
         pools = _pools(args.pool_file)
     except (OSError, ValueError) as e:
         print(f"--pool-file {args.pool_file}: {e}", file=sys.stderr)
         return 2
     values = yaml.safe_load((ROOT / "params/live" / f"{LIVE_004}.yaml").read_text())
     found = {b: power.search(b, values, assumptions, effect=args.effect, pools=pools, students=students,
-                             concurrent_tools=not args.serial_tools) for b in args.budget_usd}
+                             concurrent_tools=not args.serial_tools, base_rates=base_rates) for b in args.budget_usd}
     live = next(iter(found.values()))["live"]
     print(f"assumptions: {json.dumps(dataclasses.asdict(assumptions))} (composer/power.py); the environment "
           + ("serial per process (--serial-tools: TRL's loop, collect.build_trainer(concurrent_tools=False))"
              if args.serial_tools else "concurrent (composer.episodes, the code's default)"))
-    print(f"the live profile's design: {power.describe(live)}")
+    refused = {k: v for r in found.values() for k, v in r["refused"].items()}
+    rates = next(iter(found.values()))["base_rates"]
+    print(f"the live profile's design: {power.describe(live)}"
+          + (f"; its student is refused: {refused[live['student']]}" if live["student"] in refused else ""))
+    print("base rates (the mde is at each student's, discordance 2 p (1 - p)): "
+          + "; ".join(f"{name.split('/')[-1]} {r['pass_at_1']:.1%} ({r['source']})" for name, r in rates.items()))
+    if refused:
+        print("refused: " + "; ".join(refused.values()))
     if len(args.budget_usd) > 1:
         print("\n| budget | best design within it: treatment; arms, seeds x tasks x samples | mde | GPU-hours | cost "
               "| with the live profile's treatment |\n|---|---|---|---|---|---|")
         for b, r in found.items():
             d, same = r["best"], r["best_same_treatment"]
-            other = " (a different experiment)" if d and differences(d, r["live"]) else ""
+            other = (" (a different experiment)" if d and differences(d, r["live"]) else "") + (
+                " (the grid's largest: more money buys nothing here)" if d and capped(d) else "")
             row = (f"{brief(d)}{other} | {d['mde']:.3f} | {d['gpu_hours']:,.0f} | ${d['usd']:,.0f}" if d else
-                   f"nothing: the cheapest design costs ${r['cheapest']['usd']:,.0f} | | |")
+                   f"nothing: the cheapest design costs ${r['cheapest']['usd']:,.0f} | | |" if r["cheapest"] else
+                   "no student above the floor fits | | |")
             print(f"| ${b:,.0f} | {row} | " + (f"{brief(same, treatment=False)}: mde {same['mde']:.3f}, "
                                                 f"${same['usd']:,.0f}" if same else _same_text(r, b)) + " |")
     else:
@@ -205,8 +228,6 @@ def _budget(args, assumptions) -> int:
             c, same = r["cheapest_for_effect"], r["cheapest_for_effect_same_treatment"]
             print(f"to detect {args.effect:g}: " + (power.describe(c) if c else "no design in the search does")
                   + "; with the live profile's treatment: " + (power.describe(same) if same else "none does"))
-    print("(the assumptions were measured on agents that solve 20-70 % of SWE-bench; a student that solves almost "
-          "none, as small Qwen3s may, has less to disagree on and less room to move: measure its pass@1 first)")
     print(json.dumps({"budget_usd": args.budget_usd, "assumptions": dataclasses.asdict(assumptions),
                       "concurrent_tools": not args.serial_tools, "live_design": live,
                       "results": [{k: v for k, v in r.items() if k != "live"} for r in found.values()]}))
@@ -229,10 +250,19 @@ def _best_text(r: dict, budget: float) -> str:
                                 else "; the live profile's treatment")
 
 
+def capped(d: dict) -> bool:
+    """Whether a design sits at the search grid's largest seeds, samples and test pool (a larger budget cannot buy a
+    design the grid has)."""
+    return (d["seeds"] == max(power.SEEDS) and d["samples"] == max(power.SAMPLES)
+            and d["tasks"] == max(n for n, *_ in power.POOLS.values()))
+
+
 def _same_text(r: dict, budget: float) -> str:
     d, cheapest = r["best_same_treatment"], r["cheapest_same_treatment"]
     if d is not None:
         return power.describe(d)
+    if r["live"]["student"] in r["refused"]:
+        return "refused: " + r["refused"][r["live"]["student"]]
     return f"none within ${budget:,.0f}: its cheapest design costs ${cheapest['usd']:,.0f}" if cheapest else "none fits"
 
 
@@ -381,6 +411,10 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
               f"{dm['mde']:.3f}: it may have no room to show the effect the design can detect")
     print(f"training GPU-hours per arm and seed ({s.gpus} GPUs, vLLM {s.vllm}): {r['assumed']['gpu_hours']:,.1f} "
           f"assumed, {r['gpu_hours']:,.1f} with the pilot's turns, tool, start and grading seconds")
+    student = next((m for m in compute.MODELS if m.lower() == summary["student"]["model"].lower()), None)
+    if p1 and student:
+        print(f"designs for this student at its measured base rate: python -m composer plan --budget-usd 5000 "
+              f"--student {student} --base-rate {student}={p1['estimate']:.3f}")
     print(json.dumps({"from_pilot": str(path), "backend": summary["backend"], "base_pass_at_1": p1,
                       "pass_at_k": pk, "discordance": disc, "task_spread": spread, "measured": r["measured"],
                       "mde": {"measured": dm["mde"], "assumed": da["mde"]},

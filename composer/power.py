@@ -64,15 +64,32 @@ POOLS = {
     "lite:test": (103, "004's test split of SWE-bench Lite (data/swebench-lite/splits)", "lite:train (197)"),
     "lite": (300, "all of SWE-bench Lite's test split (SWE-bench/SWE-bench_Lite on Hugging Face)",
              "SWE-Gym (SWE-Gym/SWE-Gym on Hugging Face: 2,438 instances from 11 other repositories)"),
+    "verified": (500, "SWE-bench Verified (princeton-nlp/SWE-bench_Verified; the published base rates' pool)",
+                 "SWE-Gym (its 11 repositories are not SWE-bench's 12)"),
     "swe-bench:test": (2294, "SWE-bench's full test split (princeton-nlp/SWE-bench on Hugging Face)",
                        "SWE-Gym (its 11 repositories are not SWE-bench's 12)"),
 }
+# A student's base rate bounds the effect it can show: published pass@1 on SWE-bench Verified before RL (the runs
+# named; the after-RL figure says the student can move). A student with none known is planned only after a pilot has
+# measured it (`composer pilot`, `plan --from-pilot`); one below HEADROOM_FLOOR is refused (ab.read_with_headroom
+# reads its INVALIDATED as INCONCLUSIVE: it could not have shown a 2-point effect failing).
+BASE_RATES = {
+    "Qwen/Qwen3-8B": (0.036, "published: SWE-bench Verified, no thinking, before RL (SkyRL-v0: 9.4 % after)"),
+    "Qwen/Qwen3-14B": (0.18, "published: SWE-bench Verified, thinking, before RL (21.6 % after)"),
+    "Qwen/Qwen3-32B": (0.23, "published: SWE-bench Verified, before RL (DeepSWE: 42 % after 200 steps)"),
+}
+# Published RL runs move students from 3.6 % (Qwen3-8B, no thinking: to 9.4 %), 18 % (Qwen3-14B, thinking: to 21.6 %)
+# and 23 % (Qwen3-32B: to 42 %); a 2-point effect of a channel on top of RL is a fraction of such a move, and below
+# 5 % there is little of it to take a fraction of.
+HEADROOM_FLOOR = 0.05
 SEEDS = range(2, 13)
 SAMPLES = (1, 2, 4, 8)
 # What the search varies of the treatment: Qwen3 students (composer.compute.MODELS), fine-tuning, optimizer steps,
 # rollouts per step (multiples of 7: the live launcher's 7 training processes share them out), (turns, tokens) budgets
-STUDENTS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B")
-MODES = ("full", "lora")
+STUDENTS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B")
+# 004's arms and 002a's collection fine-tune fully (no peft_config anywhere): a LoRA design would not run, so the
+# search prices none (compute.py's memory table still shows LoRA rows).
+MODES = ("full",)
 STEPS = (25, 50, 100)
 ROLLOUTS = (28, 56, 112)
 BUDGETS = ((15, 16384), (30, 32768))
@@ -212,14 +229,18 @@ def wall_hours(values: dict, nodes: int) -> float:
 
 
 def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptions(), *, effect: float | None = None,
-           pools: dict | None = None, students=STUDENTS, concurrent_tools: bool = True) -> dict:
+           pools: dict | None = None, students=STUDENTS, concurrent_tools: bool = True,
+           base_rates: dict | None = None) -> dict:
     """Designs over treatments (`students` x MODES x STEPS x ROLLOUTS x BUDGETS, and the live profile's own; each at
     its cheapest fitting layout), ARM_SETS, test pools (all of a pool's tasks; default POOLS), SEEDS and SAMPLES:
     - best: the smallest mde within budget_usd (ties: the cheaper); None when nothing fits the budget;
     - cheapest: the cheapest design (what the budget would have to be);
     - cheapest_for_effect: with `effect`, the cheapest design whose mde <= effect (None if none does);
-    each also `..._same_treatment`, among the designs that train the live profile's treatment; and
-    - live: the live profile's own design (`design`)."""
+    each also `..._same_treatment`, among the designs that train the live profile's treatment;
+    - live: the live profile's own design (`design`);
+    - refused: {student: why} for the students not planned for (`refusal`: base rate unknown or below the floor;
+      `base_rates` {student: (pass@1, source)} adds measured ones to BASE_RATES), and base_rates: those used.
+    A design's mde is at its student's base rate (`at_base_rate`)."""
     if not budget_usd > 0:
         raise ValueError(f"budget_usd must be > 0, got {budget_usd!r}")  # math.inf: no budget
     if effect is not None and not effect > 0:
@@ -228,8 +249,11 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
     pools = POOLS if pools is None else pools
     for name in students:
         compute.model(name)  # an unknown student is refused before the search
+    rates = {**BASE_RATES, **(base_rates or {})}
+    refused = {name: why for name in (*students, own.student) if (why := refusal(name, rates))}
     treatments = {Treatment(s, m, n, r, turns, tokens) for s, m, n, r, (turns, tokens) in
                   itertools.product(students, MODES, STEPS, ROLLOUTS, BUDGETS)} | {own}
+    treatments = {t for t in treatments if t.student not in refused}
     found = {}  # name -> (rank, the design's arguments): the search visits tens of thousands of designs
 
     def consider(name, rank, args):
@@ -242,13 +266,14 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
             continue
         setup = min(fitting, key=lambda s: runs(t, s, concurrent_tools)["B"])
         run = runs(t, setup, concurrent_tools)
+        at = at_base_rate(assumptions, rates[t.student][0])
         suffixes = ("", "_same_treatment") if t == own else ("",)
         for arms, (pool, (tasks, *_)), samples in itertools.product(ARM_SETS, pools.items(), SAMPLES):
             checkpoint = evaluation(t, setup, tasks * samples)
             for seeds in SEEDS:  # cost()'s sums, inline
                 usd = (seeds * (run["A"] + (len(arms) - 1) * run["B"]) + (len(arms) * seeds + 1) * checkpoint
                        ) * assumptions.usd_per_gpu_hour
-                m, args = mde(seeds, tasks, samples, assumptions), (t, setup, arms, pool, tasks, seeds, samples)
+                m, args = mde(seeds, tasks, samples, at), (t, setup, arms, pool, tasks, seeds, samples)
                 for suffix in suffixes:
                     consider("cheapest" + suffix, usd, args)
                     if usd <= budget_usd:
@@ -256,9 +281,30 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
                     if effect is not None and m <= effect:
                         consider("cheapest_for_effect" + suffix, usd, args)
     names = [n + suffix for n in ("best", "cheapest", "cheapest_for_effect") for suffix in ("", "_same_treatment")]
-    return {**{key: _design(*found[key][1], assumptions, concurrent_tools) if key in found else None
-               for key in names},
-            "live": design(values, assumptions, concurrent_tools=concurrent_tools)}
+    return {**{key: _design(*found[key][1], at_base_rate(assumptions, rates[found[key][1][0].student][0]),
+                            concurrent_tools) if key in found else None for key in names},
+            "live": design(values, assumptions, concurrent_tools=concurrent_tools), "refused": refused,
+            "base_rates": {name: {"pass_at_1": rates[name][0], "source": rates[name][1]}
+                           for name in sorted({*students, own.student}) if name in rates}}
+
+
+def refusal(student: str, rates: dict) -> str | None:
+    """Why a student is not planned for (its base rate unknown, or below HEADROOM_FLOOR), or None."""
+    if student not in rates:
+        return (f"{student.split('/')[-1]}: no base rate known; measure it first (python -m composer pilot, then "
+                "plan --from-pilot)")
+    rate, _ = rates[student]
+    if rate < HEADROOM_FLOOR:
+        return (f"{student.split('/')[-1]}: base rate {rate:.1%} < the {HEADROOM_FLOOR:.0%} floor (too little room "
+                "to show a 2-point effect)")
+    return None
+
+
+def at_base_rate(assumptions: Assumptions, rate: float) -> Assumptions:
+    """The assumptions for a student at pass@1 `rate`: two runs of equally good checkpoints disagree on a task with
+    probability 2 p (1 - p) when every task is at p (the most they can at that rate: tasks that differ disagree less),
+    in place of the assumed discordance."""
+    return replace(assumptions, discordance=2 * rate * (1 - rate))
 
 
 def describe(d: dict) -> str:

@@ -500,6 +500,7 @@ def test_plan_from_pilot_prints_measured_beside_assumed(scripted, records, tmp_p
     assert result["turns"]["measured"] == summary["phases"]["turns_per_episode"]
     assert "| discordance (two runs of a task disagree) | 0.000 | 0.22 | measured |" in out
     assert "| generation, s a turn |" in out and "assumed: an API's latency is not a GPU's" in out
+    assert "--student Qwen/Qwen3-8B --base-rate Qwen/Qwen3-8B=1.000" in out
     assert plan.main(["--from-pilot", str(tmp_path / "nowhere")]) == 2
     assert "not a pilot summary" in capsys.readouterr().err
 

@@ -172,8 +172,8 @@ def test_bad_setups_are_refused_by_name(args, message):
 
 
 def test_an_unknown_student_is_refused_naming_the_known_and_the_fix():
-    with pytest.raises(ValueError, match=r"unknown student 'Qwen/Qwen3-14B': .*Qwen/Qwen3-8B.*config.json"):
-        compute.model("Qwen/Qwen3-14B")
+    with pytest.raises(ValueError, match=r"unknown student 'Qwen/Qwen3-70B': .*Qwen/Qwen3-8B.*config.json"):
+        compute.model("Qwen/Qwen3-70B")
     values = yaml.safe_load((ROOT / "params/live/002a-trace-collection-trl.yaml").read_text())
     with pytest.raises(ValueError, match="unknown student 'x/y'"):
         plan.table("002a-trace-collection-trl", {**values, "student": "x/y"})

@@ -97,7 +97,13 @@ def test_the_live_design_and_the_search():
     assert (own["student"], own["mode"], own["steps"], own["rollouts_per_step"]) == ("Qwen/Qwen3-8B", "full", 100, 112)
     assert (own["vllm"], own["gpus"], own["arms"]) == ("server", 8, ["A", "B", "control", "B+"])
     assert own["mde"] > 0.02  # 3 x 103 x 4 cannot see 2 points
-    found = power.search(own["usd"], LIVE, effect=0.05)
+    # the live student's published base rate (3.6 %) is below the floor: the search refuses it, and says why
+    refused = power.search(own["usd"], LIVE, effect=0.05)
+    assert refused["best_same_treatment"] is None and refused["cheapest_same_treatment"] is None
+    assert refused["refused"]["Qwen/Qwen3-8B"].startswith("Qwen3-8B: base rate 3.6% < the 5% floor")
+    assert refused["best"]["student"] == "Qwen/Qwen3-14B"  # the one student above the floor that fits a layout
+    # given a base rate above it (a pilot's, say), the live treatment is searched as the others are
+    found = power.search(own["usd"], LIVE, effect=0.05, base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
     assert found["live"] == own
     same = found["best_same_treatment"]
     assert same["usd"] <= own["usd"] and same["mde"] <= own["mde"]  # the profile's design is in the grid
@@ -109,16 +115,18 @@ def test_the_live_design_and_the_search():
         assert found[key]["mde"] <= 0.05
     assert found["cheapest_for_effect"]["usd"] <= found["cheapest_for_effect_same_treatment"]["usd"]
     # a budget under the cheapest design buys nothing, and says what the cheapest costs
-    poor = power.search(found["cheapest"]["usd"] * 0.99, LIVE)
+    poor = power.search(found["cheapest"]["usd"] * 0.99, LIVE, base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
     assert poor["best"] is None and poor["cheapest"] == found["cheapest"]
     # 2 points needs more than Lite: its 300 tasks' task term alone is over 0.02
     assert power.floor(300) > 0.02 and power.floor(103) > 0.02
-    lite = power.search(math.inf, LIVE, effect=0.02, pools={k: power.POOLS[k] for k in ("lite", "lite:test")})
+    lite = power.search(math.inf, LIVE, effect=0.02, pools={k: power.POOLS[k] for k in ("lite", "lite:test")},
+                        base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
     assert lite["cheapest_for_effect"] is None
 
 
 def test_the_search_varies_the_treatment_and_keeps_to_fitting_layouts():
-    found = power.search(math.inf, LIVE, students=("Qwen/Qwen3-1.7B",))
+    given = {"Qwen/Qwen3-1.7B": (0.1, "given"), "Qwen/Qwen3-8B": (0.1, "given")}
+    found = power.search(math.inf, LIVE, students=("Qwen/Qwen3-1.7B",), base_rates=given)
     best = found["best"]
     assert best["student"] == "Qwen/Qwen3-1.7B" and best["seeds"] == max(power.SEEDS)
     assert found["best_same_treatment"]["student"] == "Qwen/Qwen3-8B"  # the live treatment is always searched
@@ -158,18 +166,21 @@ def test_plan_budget_cli_prints_the_designs_and_json_last(capsys):
                  if k != "live"}
     assert f"the live profile's design: {power.describe(result['live_design'])}" in out
     assert f"best within $5,000: {power.describe(r['best'])}; a different experiment from the live profile's" in out
-    assert "best within $5,000 with the live profile's treatment: none within $5,000: its cheapest design costs" in out
+    assert ("best within $5,000 with the live profile's treatment: refused: Qwen3-8B: base rate 3.6% < the 5% floor"
+            in out)
     assert f"to detect 0.05: {power.describe(r['cheapest_for_effect'])}" in out
     assert "the environment concurrent (composer.episodes, the code's default)" in out and result["concurrent_tools"]
     assert plan.main(["--budget-usd", "10"]) == 0  # under the cheapest design: one line that says why
     assert re.search(r"best within \$10: nothing: the cheapest design costs \$\d", capsys.readouterr().out)
-    assert plan.main(["--budget-usd", "5000", "--serial-tools", "--student", "Qwen/Qwen3-4B"]) == 0
+    assert plan.main(["--budget-usd", "5000", "--serial-tools", "--student", "Qwen/Qwen3-4B",
+                      "--base-rate", "Qwen/Qwen3-4B=0.1"]) == 0
     out = capsys.readouterr().out
     serial = json.loads(out.strip().splitlines()[-1])
     assert "serial per process (--serial-tools" in out and "best within $5,000: Qwen/Qwen3-4B" in out
     assert serial["concurrent_tools"] is False
     assert serial["results"][0]["best"] == power.search(5000, LIVE, effect=None, students=("Qwen/Qwen3-4B",),
-                                                         concurrent_tools=False)["best"]
+                                                         concurrent_tools=False,
+                                                         base_rates={"Qwen/Qwen3-4B": (0.1, "given")})["best"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -177,6 +188,8 @@ def test_plan_budget_cli_prints_the_designs_and_json_last(capsys):
     (["--budget-usd", "100", "--effect", "-0.1"], "--effect must be > 0, got -0.1"),
     (["--budget-usd", "100", "--student", "Qwen/Qwen3-70B"],
      "--student: unknown student 'Qwen/Qwen3-70B': composer/compute.py's MODELS has"),
+    (["--budget-usd", "100", "--base-rate", "Qwen/Qwen3-4B=1.5"], "--base-rate Qwen/Qwen3-4B=1.5: a pass@1 is between"),
+    (["--budget-usd", "100", "--base-rate", "Qwen/Qwen3-4B"], "--base-rate Qwen/Qwen3-4B: could not convert"),
     (["--budget-usd", "100", "--pool-file", "no/such/tasks.jsonl"],
      "--pool-file no/such/tasks.jsonl: no/such/tasks.jsonl: no such file"),
 ])
@@ -208,3 +221,29 @@ def test_the_readme_budget_table_is_the_commands_output():
     assert len(rows) == 6
     readme = (ROOT / "README.md").read_text()
     assert "\n".join(rows) in readme, "README.md: paste the table of plan --budget-usd 200 1000 5000 25000"
+
+
+def test_the_search_plans_only_what_runs_for_students_that_can_move():
+    """No LoRA design (004's arms fine-tune fully); a student with no known base rate, or one below the floor, is
+    refused with the reason; a design's mde is at its student's base rate (discordance 2 p (1 - p))."""
+    found = power.search(5000, LIVE, students=("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B"))
+    assert set(found["refused"]) == {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"}
+    assert "no base rate known; measure it first (python -m composer pilot" in found["refused"]["Qwen/Qwen3-0.6B"]
+    for key in ("best", "cheapest"):
+        d = found[key]
+        assert d["mode"] == "full" and d["student"] == "Qwen/Qwen3-14B"
+        assert d["mde"] == power.mde(d["seeds"], d["tasks"], d["samples"],
+                                     power.at_base_rate(power.Assumptions(), 0.18))
+    assert power.at_base_rate(power.Assumptions(), 0.18).discordance == pytest.approx(2 * 0.18 * 0.82)
+    assert found["base_rates"]["Qwen/Qwen3-14B"]["pass_at_1"] == 0.18 and power.POOLS["verified"][0] == 500
+    # nobody above the floor: no design, and the table says so
+    none = power.search(5000, LIVE, students=("Qwen/Qwen3-0.6B",))
+    assert none["best"] is None and none["cheapest"] is None
+
+
+def test_the_budget_table_says_when_the_grid_binds(capsys):
+    assert plan.main(["--budget-usd", "200", "25000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| $")]
+    assert "more money buys nothing here" not in rows[0] and "more money buys nothing here" in rows[1]
+    assert plan.main(["--budget-usd", "200", "300", "--student", "Qwen/Qwen3-0.6B"]) == 0
+    assert "no student above the floor fits" in capsys.readouterr().out
