@@ -378,9 +378,12 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
     def num(value, fmt=".3f"):
         return "not measured" if value is None else format(value, fmt)
 
+    student = next((m for m in compute.MODELS if m.lower() == summary["student"]["model"].lower()), None)
+    published = power.BASE_RATES.get(student)
     rows = [
         ("base pass@1", num(p1 and p1["estimate"]) + (f" [{p1['low']:.3f}, {p1['high']:.3f}]" if p1 else ""),
-         "none: the power model has no base rate yet", "reported"),
+         f"{published[0]} ({published[1]})" if published else "none published",
+         f"the search's floor ({power.HEADROOM_FLOOR:.0%}) and mde, given as --base-rate (below)"),
         (f"pass@{summary['samples']}", num(pk and pk["estimate"]) + (f" [{pk['low']:.3f}, {pk['high']:.3f}]"
                                                                     if pk else ""), "none", "reported"),
         ("discordance (two runs of a task disagree)", num(disc and disc["estimate"]), f"{a['discordance']}",
@@ -406,12 +409,15 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
     dm, da, s = r["design_measured"], r["design_assumed"], r["setup"]
     print(f"the live {LIVE_004}: {dm['seeds']} seeds x {dm['tasks']} tasks ({dm['pool']}) x {dm['samples']} samples "
           f"detects B - A >= {dm['mde']:.3f} with the pilot's discordance ({da['mde']:.3f} assumed)")
-    if p1 and p1["high"] < dm["mde"]:
+    if p1 and p1["high"] < power.HEADROOM_FLOOR:
+        print(f"warning: the student's base pass@1 is at most {p1['high']:.3f} (95 % upper bound), below the "
+              f"{power.HEADROOM_FLOOR:.0%} floor: the plan refuses it (too little room to show a 2-point effect), and "
+              "004 on it could not read INVALIDATED")
+    elif p1 and p1["high"] < dm["mde"]:
         print(f"warning: the student's base pass@1 is at most {p1['high']:.3f} (95 % upper bound), below the mde "
               f"{dm['mde']:.3f}: it may have no room to show the effect the design can detect")
     print(f"training GPU-hours per arm and seed ({s.gpus} GPUs, vLLM {s.vllm}): {r['assumed']['gpu_hours']:,.1f} "
           f"assumed, {r['gpu_hours']:,.1f} with the pilot's turns, tool, start and grading seconds")
-    student = next((m for m in compute.MODELS if m.lower() == summary["student"]["model"].lower()), None)
     if p1 and student:
         print(f"designs for this student at its measured base rate: python -m composer plan --budget-usd 5000 "
               f"--student {student} --base-rate {student}={p1['estimate']:.3f}")

@@ -242,9 +242,15 @@ def clustered_wilson_interval(successes, samples, *, confidence=0.95):
     runs per task, ICC: the one-way ANOVA intraclass correlation of the 0/1 outcomes, floored at 0) shrinks the runs
     to an effective count n / deff, on which Wilson's interval is taken (Kish's effective sample size).
 
+    The quantile is Student's t with (tasks - 1) degrees of freedom, as the design effect is itself estimated from
+    the tasks. Simulated (tests/test_pilot.py: Beta and two-point models of the tasks' rates, 20-100 tasks x 2-8
+    runs): 0.935-0.958 coverage at a nominal 0.95, where the plain Wilson interval over runs covered 0.67-0.90. It
+    under-covers (about 0.91) when nearly all successes come from two or three tasks (a Beta of concentration 1 at a
+    3.6 % mean over 60 tasks): no interval over so few informative tasks is reliable; composer.pilot says how many
+    tasks were solved at least once.
+
     Returns:
-        CI with estimate = sum(successes) / sum(samples), method "wilson, design effect D" and n the runs; the
-        design effect is also `deff` in the method text only (the CI type has no field for it).
+        CI with estimate = sum(successes) / sum(samples), method "wilson, design effect D" and n the runs.
     """
     _check_unit_interval(confidence, "confidence")
     c = np.asarray(successes, dtype=float)
