@@ -23,6 +23,11 @@ provider pin, sampling and the elicitation mode:
             exp(sum of token logprobs) to its canonical action, the rest of the mass goes to OTHER. OpenRouter is
             told to require the parameter, so a model without logprobs is refused rather than silently answered.
 
+The spec's action_space says what the traced agent acts with: "bash" (mini-swe-agent's traces: one command a turn,
+the questions above) or "tools" (the student's own traces, 002a's and the pilot's: the teacher is shown CodingEnv's
+tools and the turns as tool(arguments), and asked for tool calls, {"tool", "arguments", "probability"} candidates or
+one {"tool", "arguments"} object), so that a pair's actions are ones the student can take.
+
 Calls go through the openai SDK's AsyncOpenAI and its own retries (408/409/429 honouring Retry-After, 5xx,
 timeouts); nothing here retries again. The request body is OpenRouter's dialect (provider routing, usage
 accounting, session_id), which the local stand-in server also accepts; a provider's own API would refuse it.
