@@ -92,14 +92,17 @@ def read_after_positive_control(criterion: report.Criterion, positive: dict | No
 
 
 def headroom(reference, confidence: float = 0.95, floor: float = HEADROOM_FLOOR) -> str | None:
-    """Why the reference arm (its 0/1 outcomes, any shape) leaves no headroom: its pass@1's Wilson interval lies
-    wholly below `floor`; None when it may not."""
-    x = np.asarray(reference, dtype=float)
-    ci = stats.wilson_interval(int(x.sum()), x.size, confidence=confidence)
+    """Why the reference arm (its seeds x tasks x samples of 0/1) leaves no headroom: its pass@1's interval lies
+    wholly below `floor`; None when it may not. The interval is clustered by task (stats.clustered_wilson_interval):
+    every seed solving the same few tasks is worth those tasks, not seeds x tasks independent runs."""
+    x = _outcomes(reference, "reference")
+    per_task = x.sum(axis=(0, 2))
+    ci = stats.clustered_wilson_interval(per_task.astype(int), [x.shape[0] * x.shape[2]] * x.shape[1],
+                                         confidence=confidence)
     if ci.high >= floor:
         return None
-    return (f"no headroom: the reference's pass@1 is {ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}] (Wilson), below "
-            f"the {floor:.0%} floor; a student that solves this little cannot show the channel failing")
+    return (f"no headroom: the reference's pass@1 is {ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}] ({ci.method}), "
+            f"below the {floor:.0%} floor; a student that solves this little cannot show the channel failing")
 
 
 def read_with_headroom(criterion: report.Criterion, reference, confidence: float = 0.95) -> report.Criterion:

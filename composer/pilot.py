@@ -71,6 +71,7 @@ POOLS = {  # name: (index file, its id column's rows, where the full records are
 EMBEDDED = "embedded"  # composer.env.embedded's generated tasks (test split): the offline rehearsal
 SUMMARY_FILE, TRACES_FILE, STORE_FILE, EPISODES_DIR = "pilot.json", "traces.jsonl", "pilot.sqlite", "episodes"
 SCHEMA = 1
+STUDENT_KEY_ENV = "COMPOSER_STUDENT_API_KEY"  # the key of a non-OpenRouter endpoint (vllm serve --api-key ...)
 LIVE_004 = ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml"
 # The student's framing, as the zoo and 002a prompt it (composer.policies.SYSTEM; not imported: it loads torch).
 SYSTEM = ("You are a coding agent in a Python repository. Fix the reported bug with the tools: "
@@ -85,11 +86,15 @@ class PilotError(RuntimeError):
 # What is run: the student's endpoint, the pool
 
 
-def student_spec(model: str, *, base_url: str = teachers.OPENROUTER, api_key_env: str = "OPENROUTER_API_KEY",
+def student_spec(model: str, *, base_url: str = teachers.OPENROUTER, api_key_env: str | None = None,
                  provider: list[str] | None = None, temperature: float = 1.0, max_tokens: int = 4096,
                  timeout_s: float = 600.0, max_retries: int = 3) -> teachers.TeacherSpec:
     """The student's endpoint as a composer.teachers spec (the same client, store and budget guard as 001's teachers).
-    Defaults as 004's live GRPO samples: temperature 1.0, 4,096 tokens a turn."""
+    Defaults as 004's live GRPO samples: temperature 1.0, 4,096 tokens a turn. The key's variable defaults to
+    OPENROUTER_API_KEY for OpenRouter and to STUDENT_KEY_ENV for any other endpoint, so an OpenRouter key is never
+    sent elsewhere unless named."""
+    api_key_env = api_key_env or ("OPENROUTER_API_KEY" if base_url.rstrip("/") == teachers.OPENROUTER
+                                  else STUDENT_KEY_ENV)
     return teachers.TeacherSpec(name="student", model=model, base_url=base_url, api_key_env=api_key_env,
                                 provider=provider or [], temperature=temperature, max_tokens=max_tokens,
                                 timeout_s=timeout_s, max_retries=max_retries, mode="samples",
@@ -192,6 +197,20 @@ def price(spec: teachers.TeacherSpec, *, tasks: int, samples: int, max_turns: in
 # Before anything is paid
 
 
+def student_prices(spec: teachers.TeacherSpec):
+    """The budget guard's prices of the student: its OpenRouter price (or simulated profile's); $0 for a model no
+    table knows on a loopback endpoint (a local server bills nothing); else PilotError (the cap could not hold)."""
+    from composer.providers import Prices
+
+    try:
+        return prices.guard_prices(spec.model)
+    except LookupError as e:
+        if urlsplit(spec.base_url).hostname in teachers.LOOPBACK:
+            return Prices(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0)
+        raise PilotError(f"{e}: name the model as OpenRouter does (e.g. qwen/qwen3-8b), or serve it on this "
+                         "machine") from e
+
+
 def preflight(spec: teachers.TeacherSpec, records: list[dict]) -> list[str]:
     """Everything that would stop the run, checked before any completion is sent: the key's variable, the endpoint
     and the model it serves (GET /models, free), and each real instance's container engine and image. Raises
@@ -202,8 +221,11 @@ def preflight(spec: teachers.TeacherSpec, records: list[dict]) -> list[str]:
     if host not in teachers.LOOPBACK and not os.environ.get(spec.api_key_env):
         raise PilotError(f"set {spec.api_key_env} in the environment (the key for {spec.base_url}); nothing was "
                          "sent. The key is read from there only, never from params or files")
+    student_prices(spec)
+    key = os.environ.get(spec.api_key_env)
     try:
-        response = httpx.get(spec.base_url.rstrip("/") + "/models", timeout=30.0)
+        response = httpx.get(spec.base_url.rstrip("/") + "/models", timeout=30.0,
+                             headers={"Authorization": f"Bearer {key}"} if key else None)
     except httpx.HTTPError as e:
         raise PilotError(f"--base-url {spec.base_url}: no answer to GET /models ({type(e).__name__}: {e}); check "
                          "the URL (an OpenAI-compatible API ends in /v1) and that the server runs") from e
@@ -243,9 +265,12 @@ def tool_call_of(message: dict) -> tuple[str, dict] | str:
     calls = message.get("tool_calls") or []
     if not calls:
         return "no tool call in the reply"
-    function = calls[0].get("function") or {}
+    function = calls[0].get("function") if isinstance(calls[0], dict) else None
+    if not isinstance(function, dict):
+        return "a tool call without a function"
+    arguments = function.get("arguments") or "{}"
     try:
-        arguments = json.loads(function.get("arguments") or "{}")
+        arguments = json.loads(arguments) if isinstance(arguments, str) else arguments  # some servers send an object
     except ValueError:
         return f"the arguments of {function.get('name')!r} are not JSON"
     if not isinstance(arguments, dict) or not function.get("name"):
@@ -296,10 +321,13 @@ async def ask(client: teachers.Teacher, messages: list[dict], tools: list[dict],
             "temperature": spec.temperature, "usage": {"include": True}}
     if spec.provider:  # pinned, no fallbacks; a provider that cannot honour `tools` refuses, never drops it
         body["provider"] = {"order": spec.provider, "allow_fallbacks": False, "require_parameters": True}
-    sent = await client.send(body, key, teachers.worst_case_usd(client.prices, messages, spec.max_tokens))
+    shown = [*messages, {"role": "system", "content": json.dumps(tools)}]  # the tool schemas are prompt tokens too
+    sent = await client.send(body, key, teachers.worst_case_usd(client.prices, shown, spec.max_tokens))
+    choice = (sent.data or {}).get("choices", [None])[0] if sent.error_kind is None else None
+    if sent.error_kind is None and not (isinstance(choice, dict) and isinstance(choice.get("message") or {}, dict)):
+        sent.error_kind, sent.error = "provider_error", f"a choice that is not a message: {json.dumps(choice)[:200]}"
     if sent.error_kind is not None:
         return None, sent
-    choice = sent.data["choices"][0]
     stored = {"message": client.redacted(json.dumps(choice.get("message") or {})),
               "finish_reason": choice.get("finish_reason"), "model_used": sent.data.get("model"),
               "provider": sent.data.get("provider"), "prompt_tokens": sent.usage["prompt_tokens"] or 0,
@@ -336,11 +364,23 @@ def new_result(record: dict, sample: int) -> dict:
 
 async def run_episode(client: teachers.Teacher, record: dict, sample: int, *, max_turns: int,
                       env_config) -> dict:
-    """One episode (module doc): its record for episodes/, with its steps as composer.traces records."""
+    """One episode (module doc): its record for episodes/, with its steps as composer.traces records. Never raises
+    for what the endpoint or the environment does: an exception ends the episode as an error (`internal`), retried
+    by a rerun."""
+    result = new_result(record, sample)
+    try:
+        return await _episode(client, record, sample, result, max_turns=max_turns, env_config=env_config)
+    except Exception as e:  # a container that fails to start, an answer of a shape no parser expected, ...
+        result["faults"] = {**result["faults"], "internal": 1}
+        result["error"] = f"turn {result['turns'] + 1}: internal: {type(e).__name__}: {client.redacted(str(e))}"
+        return result
+
+
+async def _episode(client: teachers.Teacher, record: dict, sample: int, result: dict, *, max_turns: int,
+                   env_config) -> dict:
     from composer.env.environment import CodingEnv, to_step_record, tool_schemas
 
     spec = client.spec
-    result = new_result(record, sample)
     episode, faults, calls = result["episode"], Counter(), []
     settings = {"temperature": spec.temperature, "max_tokens": spec.max_tokens, "max_turns": max_turns,
                 "provider": spec.provider}
@@ -424,7 +464,7 @@ async def run(spec: teachers.TeacherSpec, records: list[dict], out_dir, *, sampl
             if not episode_file(out, f"{r['instance_id']}#{s}").exists()]
     stop: list[str] = []
     slots = asyncio.Semaphore(concurrency)
-    client = teachers.Teacher(spec, store, slots=asyncio.Semaphore(concurrency))
+    client = teachers.Teacher(spec, store, slots=asyncio.Semaphore(concurrency), prices=student_prices(spec))
     try:
         with bar(total=len(todo), desc=f"pilot {spec.model}", unit="episode") as progress:
             async def one(record, sample):
@@ -462,8 +502,8 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
     wanted = {r["instance_id"] for r in records}
     episodes = [e for e in read_episodes(out) if e["instance_id"] in wanted and e["sample"] < samples]
     episodes.sort(key=lambda e: (e["instance_id"], e["sample"]))
-    errors = [json.loads(p.read_text()) for p in sorted((out / EPISODES_DIR).glob("*.error"))
-              if not p.with_suffix(".json").exists()]
+    errors = [e for p in sorted((out / EPISODES_DIR).glob("*.error")) if not p.with_suffix(".json").exists()
+              and (e := json.loads(p.read_text()))["instance_id"] in wanted and e["sample"] < samples]
     lines = [json.dumps(step, ensure_ascii=False) for e in episodes for step in e["steps"]]
     for line in lines:  # the schema every reader of traces.jsonl relies on
         traces.StepRecord.model_validate_json(line)
@@ -479,6 +519,7 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
                             "errored": len(errors), "errors": [e["error"] for e in errors[:10]]},
                "complete": len(episodes) == len(records) * samples, "stop_reason": stop[0] if stop else None,
                **measures(by_task, samples), **per_episode(episodes),
+               "faults": dict(sum((Counter(e["faults"]) for e in [*episodes, *errors]), Counter())),
                "ledger": ledger, "traces": TRACES_FILE,
                "provenance": report.provenance(seed, started)}
     files.write_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
@@ -522,15 +563,12 @@ def measures(by_task: dict[str, list[float]], samples: int) -> dict:
 
 
 def per_episode(episodes: list[dict]) -> dict:
-    """Means over episodes (turns, tokens, dollars), faults counted, and seconds per unit of work by phase (the
+    """Means over episodes (turns, tokens, dollars), malformed turns, and seconds per unit of work by phase (the
     keys of composer.phases.per_unit, which plan --from-pilot reads)."""
     if not episodes:
-        return {"per_episode": None, "phases": None, "faults": {}, "malformed_turns": 0}
+        return {"per_episode": None, "phases": None, "malformed_turns": 0}
     n = len(episodes)
     turns = sum(e["turns"] for e in episodes)
-    faults = Counter()
-    for e in episodes:
-        faults.update(e["faults"])
     tool_calls = Counter()
     tool_s = Counter()
     for e in episodes:
@@ -551,7 +589,7 @@ def per_episode(episodes: list[dict]) -> dict:
                                           for k in sorted(tool_calls)},
                        "grade_s_per_submission": total("grade") / submissions if submissions else None,
                        "start_s_per_episode": total("start") / n, "turns_per_episode": turns / n},
-            "faults": dict(faults), "malformed_turns": sum(e["malformed"] for e in episodes),
+            "malformed_turns": sum(e["malformed"] for e in episodes),
             "submitted": submissions, "answers_from_store": sum(e["answers_from_store"] for e in episodes)}
 
 
@@ -582,8 +620,10 @@ def _live_group_size() -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer pilot", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="exit status: 0 done, 1 incomplete (budget or errored episodes: rerun "
-                                            "the same command to resume), 2 bad input (nothing sent)")
+                                     epilog="exit status: 0 done, 1 incomplete (errored episodes: rerun the same "
+                                            "command to resume; stopped by the budget cap: rerun with a higher "
+                                            "--budget-usd, since the cap counts every run into --out), 2 bad input "
+                                            "(nothing sent)")
     parser.add_argument("--student", required=True, help="the model as the endpoint names it (qwen/qwen3-8b)")
     parser.add_argument("--pool", default="verified", help=f"{', '.join([*POOLS, EMBEDDED])} (default verified)")
     parser.add_argument("--episodes", type=int, default=50, help="episodes in all: tasks x samples, tasks rounded "
@@ -594,8 +634,9 @@ def main(argv=None) -> int:
                         "name); default: the pool's dataset on Hugging Face")
     parser.add_argument("--base-url", default=teachers.OPENROUTER, help="an OpenAI-compatible API (default "
                         "OpenRouter; `vllm serve` or `python -m composer serve` on a checkpoint)")
-    parser.add_argument("--api-key-env", default="OPENROUTER_API_KEY", help="the NAME of the variable that holds "
-                        "the key (loopback endpoints need none)")
+    parser.add_argument("--api-key-env", default=None, help="the NAME of the variable that holds the key (default: "
+                        f"OPENROUTER_API_KEY for OpenRouter, {STUDENT_KEY_ENV} for another endpoint; loopback "
+                        "endpoints need none)")
     parser.add_argument("--provider", action="append", default=[], help="OpenRouter provider to pin, fallbacks "
                         "off (repeatable)")
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -652,9 +693,10 @@ def _dry_run(spec, args, chosen, samples) -> int:
     print(f"  dollars: ${p['usd']['mean']:.2f} at the mean episode, ${p['usd']['longest']:.2f} if every episode is "
           f"as long as the longest ({cap} the ${args.budget_usd:g} cap); ${p['prices_per_million']['input']:g} / "
           f"${p['prices_per_million']['output']:g} per million input / output tokens ({p['price_source']})")
-    print(f"  the ${args.budget_usd:g} cap buys about {int(args.budget_usd // p['usd_per_episode']['longest']):,} "
-          f"episodes as long as the longest ({int(args.budget_usd // p['usd_per_episode']['mean']):,} at the mean): "
-          "more tasks narrow the base rate's interval more than more samples of the same tasks")
+    if p["usd_per_episode"]["longest"] > 0:
+        print(f"  the ${args.budget_usd:g} cap buys about {int(args.budget_usd // p['usd_per_episode']['longest']):,} "
+              f"episodes as long as the longest ({int(args.budget_usd // p['usd_per_episode']['mean']):,} at the "
+              "mean): more tasks narrow the base rate's interval more than more samples of the same tasks")
     if p["container_hours"] is not None:
         print(f"  containers: {p['container_hours']:.1f} container-hours ({p['container_s_per_episode']:.0f} s an "
               "episode); the instance images must be on this machine (scripts/swebench-image/ or podman pull)")

@@ -243,6 +243,8 @@ def brief(d: dict, *, treatment: bool = True) -> str:
 
 def _best_text(r: dict, budget: float) -> str:
     d = r["best"]
+    if d is None and r["cheapest"] is None:
+        return "no student above the floor fits a layout: " + "; ".join(r["refused"].values())
     if d is None:
         return f"nothing: the cheapest design costs ${r['cheapest']['usd']:,.0f} ({power.describe(r['cheapest'])})"
     changed = differences(d, r["live"])
@@ -409,16 +411,16 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
     dm, da, s = r["design_measured"], r["design_assumed"], r["setup"]
     print(f"the live {LIVE_004}: {dm['seeds']} seeds x {dm['tasks']} tasks ({dm['pool']}) x {dm['samples']} samples "
           f"detects B - A >= {dm['mde']:.3f} with the pilot's discordance ({da['mde']:.3f} assumed)")
-    if p1 and p1["high"] < power.HEADROOM_FLOOR:
-        print(f"warning: the student's base pass@1 is at most {p1['high']:.3f} (95 % upper bound), below the "
-              f"{power.HEADROOM_FLOOR:.0%} floor: the plan refuses it (too little room to show a 2-point effect), and "
-              "004 on it could not read INVALIDATED")
+    if p1 and p1["estimate"] < power.HEADROOM_FLOOR:
+        print(f"warning: the student's base pass@1 {p1['estimate']:.3f} [{p1['low']:.3f}, {p1['high']:.3f}] is below "
+              f"the {power.HEADROOM_FLOOR:.0%} floor: the plan refuses it (too little room to show a 2-point effect)"
+              + (", and 004 on it could not read INVALIDATED" if p1["high"] < power.HEADROOM_FLOOR else ""))
     elif p1 and p1["high"] < dm["mde"]:
         print(f"warning: the student's base pass@1 is at most {p1['high']:.3f} (95 % upper bound), below the mde "
               f"{dm['mde']:.3f}: it may have no room to show the effect the design can detect")
     print(f"training GPU-hours per arm and seed ({s.gpus} GPUs, vLLM {s.vllm}): {r['assumed']['gpu_hours']:,.1f} "
           f"assumed, {r['gpu_hours']:,.1f} with the pilot's turns, tool, start and grading seconds")
-    if p1 and student:
+    if p1 and student and p1["estimate"] >= power.HEADROOM_FLOOR:
         print(f"designs for this student at its measured base rate: python -m composer plan --budget-usd 5000 "
               f"--student {student} --base-rate {student}={p1['estimate']:.3f}")
     print(json.dumps({"from_pilot": str(path), "backend": summary["backend"], "base_pass_at_1": p1,

@@ -540,11 +540,12 @@ def redact(text: str | None, key: str) -> str | None:
 class Teacher:
     """One spec's AsyncOpenAI client, with the store's cache, ledger and budget guard around every attempt."""
 
-    def __init__(self, spec: TeacherSpec, store: Store, *, slots: asyncio.Semaphore | None = None):
+    def __init__(self, spec: TeacherSpec, store: Store, *, slots: asyncio.Semaphore | None = None,
+                 prices: Prices | None = None):
         self.spec, self.store = spec, store
         self.slots = slots or asyncio.Semaphore(64)
         self.limiter = RateLimiter(spec.max_rps)
-        self.prices = guard_prices(spec.model)
+        self.prices = prices or guard_prices(spec.model)  # the budget guard's; `prices` for an endpoint that bills none
         self._key = api_key(spec)  # kept only here and in the client: redacted from anything recorded
         hooks = {"request": [self._on_request], "response": [self._on_response]}
         self.client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=self._key, max_retries=spec.max_retries,

@@ -45,11 +45,11 @@ class Scripted:
     JSON). `delay_s` holds each answer back. `hold(body)`, when given, is asked before each answer: True drops it
     unanswered. `opening`: the first call of every plan."""
 
-    def __init__(self, records, *, faults=None, delay_s=0.0, hold=None, opening=("run_tests", {})):
+    def __init__(self, records, *, faults=None, delay_s=0.0, hold=None, opening=("run_tests", {}), model=MODEL):
         self.plans = {r["problem_statement"].strip(): [opening, *(("edit", e) for e in gold_edits(r)),
                                                        ("submit", {})] for r in records}
         self.faults, self.delay_s, self.hold = dict(faults or {}), delay_s, hold
-        self.requests, self.lock = [], threading.Lock()
+        self.requests, self.keys, self.lock, self.model = [], [], threading.Lock(), model
         scripted = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,13 +57,14 @@ class Scripted:
                 pass
 
             def do_GET(self):
-                scripted._send(self, 200, {"object": "list", "data": [{"id": MODEL, "object": "model",
+                scripted._send(self, 200, {"object": "list", "data": [{"id": scripted.model, "object": "model",
                                                                       "supported_parameters": ["tools"]}]})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 with scripted.lock:
                     scripted.requests.append(body)
+                    scripted.keys.append(self.headers.get("authorization"))
                     number = len(scripted.requests)
                 time.sleep(scripted.delay_s)
                 if scripted.hold is not None and scripted.hold(body):
@@ -76,6 +77,15 @@ class Scripted:
                     self.send_header("content-length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
+                    return
+                if fault == "null-choice":
+                    scripted._send(self, 200, {"id": "x", "model": scripted.model, "choices": [None]})
+                    return
+                if fault == "object-arguments":  # the arguments as an object, not the JSON string OpenAI sends
+                    answer = scripted.answer(body)
+                    call = answer["choices"][0]["message"]["tool_calls"][0]["function"]
+                    call["arguments"] = json.loads(call["arguments"])
+                    scripted._send(self, 200, answer)
                     return
                 if fault is not None:
                     scripted._send(self, fault, {"error": {"message": f"injected {fault}", "code": fault}},
@@ -109,7 +119,7 @@ class Scripted:
                 {"id": f"call_{done}", "type": "function", "function": {"name": name,
                                                                          "arguments": json.dumps(arguments)}}]}
         prompt = sum(len(json.dumps(m)) for m in messages) // 4
-        return {"id": "cmpl", "object": "chat.completion", "model": MODEL, "choices": [
+        return {"id": "cmpl", "object": "chat.completion", "model": self.model, "choices": [
             {"index": 0, "message": message, "finish_reason": "tool_calls"}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": 20, "total_tokens": prompt + 20}}
 
@@ -631,3 +641,76 @@ def test_003_live_runs_from_the_pilots_traces_through_the_simulated_teachers(scr
     assert {q["raw_text"] for q in queries} == {teachers.TOOLS_TOPK_QUESTION.format(k=5)}
     assert all(q["student_action"] is None or q["student_action"].split("(")[0] in ("run_tests", "edit", "submit")
                for q in queries)  # the student's own calls (None: its malformed turn)
+
+
+
+# -------------------------------------------------------------------------------------------------------------
+# What a review found: nothing an endpoint or an environment does crashes the run; keys stay where they belong
+
+
+def test_an_answer_of_an_unexpected_shape_or_a_failing_environment_ends_one_episode_not_the_run(records, tmp_path,
+                                                                                              monkeypatch):
+    from composer.env import environment
+
+    server = Scripted(records, faults={1: "null-choice", 2: "object-arguments"})
+    real_reset = environment.CodingEnv.reset
+
+    def reset(self, *args, instance=None, **kwargs):
+        if instance["instance_id"] == records[1]["instance_id"]:
+            raise RuntimeError("the container did not start")
+        return real_reset(self, *args, instance=instance, **kwargs)
+
+    monkeypatch.setattr(environment.CodingEnv, "reset", reset)
+    try:
+        spec = pilot.student_spec(MODEL, base_url=server.base_url, max_retries=0)
+        summary = run(spec, records, tmp_path, samples=1, concurrency=1)
+    finally:
+        server.close()
+    errors = sorted(summary["episodes"]["errors"])
+    assert summary["episodes"]["errored"] == 2 and summary["episodes"]["complete"] == 0
+    assert any("provider_error: a choice that is not a message" in e for e in errors)
+    assert any("internal: RuntimeError: the container did not start" in e for e in errors)
+    assert summary["faults"] == {"provider_error": 1, "internal": 1} and (tmp_path / pilot.SUMMARY_FILE).exists()
+    # the object-shaped arguments (request 2, the rerun's first) are read as the call they are
+    monkeypatch.setattr(environment.CodingEnv, "reset", real_reset)
+    server = Scripted(records, faults={1: "object-arguments"})
+    try:
+        summary = run(pilot.student_spec(MODEL, base_url=server.base_url), records[:1], tmp_path, samples=1)
+    finally:
+        server.close()
+    assert summary["complete"] and summary["pass_at_1"]["estimate"] == 1.0 and summary["malformed_turns"] == 1
+
+
+def test_a_local_checkpoint_with_no_price_runs_at_0(records, tmp_path):
+    server = Scripted(records[:1], model="my-checkpoint")
+    try:
+        spec = pilot.student_spec("my-checkpoint", base_url=server.base_url)
+        summary = run(spec, records[:1], tmp_path, samples=1)
+    finally:
+        server.close()
+    assert summary["complete"] and summary["ledger"]["committed_usd"] == 0.0
+
+
+def test_a_remote_model_with_no_price_is_refused_before_anything_is_sent(records, monkeypatch, network_attempts):
+    monkeypatch.setenv(pilot.STUDENT_KEY_ENV, "sk-remote")
+    with pytest.raises(pilot.PilotError, match="no price known for 'my-checkpoint'"):
+        pilot.preflight(pilot.student_spec("my-checkpoint", base_url="https://models.example.invalid/v1"), records)
+    assert network_attempts == []
+
+
+def test_an_openrouter_key_goes_only_to_openrouter(scripted, records, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-v1-not-for-others")
+    monkeypatch.delenv(pilot.STUDENT_KEY_ENV, raising=False)
+    spec = pilot.student_spec(MODEL, base_url=scripted.base_url)
+    assert spec.api_key_env == pilot.STUDENT_KEY_ENV and pilot.student_spec(MODEL).api_key_env == "OPENROUTER_API_KEY"
+    run(spec, records[:1], tmp_path, samples=1)
+    assert scripted.keys and not any("sk-or-v1" in (k or "") for k in scripted.keys)
+    monkeypatch.setenv(pilot.STUDENT_KEY_ENV, "sk-local-server")
+    run(spec, records[:1], tmp_path / "again", samples=1)
+    assert scripted.keys[-1] == "Bearer sk-local-server"
+
+
+def test_plan_says_plainly_when_no_student_above_the_floor_fits(capsys):
+    assert plan.main(["--budget-usd", "5000", "--student", "Qwen/Qwen3-8B"]) == 0
+    out = capsys.readouterr().out
+    assert "best within $5,000: no student above the floor fits a layout: Qwen3-8B: base rate 3.6% < the 5% floor" in out
