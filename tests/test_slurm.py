@@ -118,7 +118,10 @@ def _fails(job):
 
 def _publish(job):
     folder = Path(job["folder"])
-    time.sleep(job.get("sleep", 0))
+    if job.get("hold"):  # wait for the test to release it (the file it names), not for a time a busy machine stretches
+        deadline = time.time() + 600  # a hang guard
+        while not Path(job["hold"]).exists() and time.time() < deadline:
+            time.sleep(0.2)
     (folder / f"{job['key']}.done").write_text(os.environ.get("SLURM_JOB_ID", ""))
 
 
@@ -145,7 +148,8 @@ def test_a_failing_job_is_submitted_again_then_named_with_its_state_and_log(clus
 def test_an_interrupted_run_leaves_its_jobs_running_and_a_rerun_waits_for_them(cluster, tmp_path):
     """SIGINT to a run (a notebook's interrupt): it prints the ids and the scancel line; the jobs finish on their
     own; a rerun started while they run submits nothing again and returns once they are done."""
-    jobs = [{"key": f"job-{i}", "folder": str(tmp_path), "sleep": 8} for i in range(2)]
+    release = tmp_path / "release"  # the jobs run until the test writes it: none can finish before the asserts
+    jobs = [{"key": f"job-{i}", "folder": str(tmp_path), "hold": str(release)} for i in range(2)]
     # SIGINT raises KeyboardInterrupt in the child even where this suite runs in the background (a shell starts
     # background jobs with SIGINT ignored, and Python then installs no handler): a kernel's interrupt
     script = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
@@ -165,6 +169,7 @@ def test_an_interrupted_run_leaves_its_jobs_running_and_a_rerun_waits_for_them(c
     assert not any(_finished(j) for j in jobs)
     queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split()
     assert set(ids) <= set(queued)  # still in the queue, running or about to
+    release.write_text("")
     slurm.run(jobs, _publish, tmp_path / "slurm", {"poll_s": 0.5}, finished=_finished)
     assert all(_finished(j) for j in jobs) and len(_submitted(tmp_path / "slurm")) == 2
     assert sorted((tmp_path / f"{j['key']}.done").read_text() for j in jobs) == sorted(ids)
