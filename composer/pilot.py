@@ -28,10 +28,12 @@ Paid-run machinery (composer.teachers, as 001's replay): one sqlite store in --o
 or a resumed kill re-pays no answer it already has: the key is the student, its sampling settings, the episode and
 the student's own calls so far, so tool outputs that differ in their timings still find it) and a ledger row per
 HTTP attempt, written at its worst case before it is sent, so the budget cap counts calls in flight and holds
-across kills. The key is read from the environment variable the spec names, never written anywhere. The SDK retries
-408/409/429/5xx; a turn that still fails ends its episode as `error` (not graded, not counted in pass@1, retried by
-a rerun). A completion without a usable tool call is a malformed turn: the environment answers it with an error,
-and it counts as a step. A completed episode is written atomically to episodes/ (a kill loses at most the
+across kills. The key is read from the environment variable the spec names (OPENROUTER_API_KEY for OpenRouter,
+STUDENT_KEY_ENV for any other endpoint), never written anywhere. The SDK retries 408/409/429/5xx; a turn that still
+fails, or anything that raises in an episode (a container that does not start, an answer of an unexpected shape),
+ends that episode as `error` (not graded, not counted in pass@1, retried by a rerun), never the run; 402 and 401/403
+stop new episodes. A completion without a usable tool call is a malformed turn: the environment answers it with an
+error, and it counts as a step. A completed episode is written atomically to episodes/ (a kill loses at most the
 episodes in flight; their answered turns stay in the store).
 
 What it writes in --out: pilot.json (the summary below, with provenance), traces.jsonl (every completed episode in
