@@ -334,10 +334,12 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
     out.append("# Wall time on a cluster (executor: slurm, one job per node, no queueing): "
                + ", ".join(f"{n} node{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
                            for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
-    cheapest = search(math.inf, values, assumptions, effect=0.02, students=())["cheapest_for_effect"]
+    found = search(math.inf, values, assumptions, effect=0.02, students=())
+    cheapest, refused = found["cheapest_for_effect"], found["refused"].get(d["student"])
     lite = min(floor(n, assumptions) for pool, (n, _, _) in POOLS.items() if pool.startswith("lite"))
     out.append(f"# So 2 points of pass@1 is {'not ' if lite > 0.02 else ''}detectable on SWE-bench Lite at any budget"
-               + (f"; the cheapest design that detects it: {describe(cheapest)} (train on "
+               + (f"; and the search plans nothing for this student: {refused}" if refused else
+                  f"; the cheapest design that detects it: {describe(cheapest)} (train on "
                   f"{POOLS[cheapest['pool']][2]})" if cheapest else "; no pool in composer/power.py would")
                + ". `python -m composer plan --budget-usd X` prints the best design within X dollars.")
     return out
