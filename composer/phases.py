@@ -17,6 +17,7 @@ appends, and `read` keeps the last record of a step):
   step            the trainer's global_step after the step (1, 2, ...)
   process, processes   this training process and how many there are (process k > 0 writes phases-p<k>.jsonl)
   device, model   where it ran (torch's device: "cpu", "cuda:0") and the student (its path or name)
+  gpu             the GPU's name ("NVIDIA H100 80GB HBM3"), "" on a CPU; absent in older files (an unknown GPU)
   step_s          wall-clock from the step's start to its end (TrainerCallback on_step_begin to on_step_end:
                   checkpoints and logging after it are not in it) = generate_s + tools_s + reset_s + train_s
   generate_s      inside TRL's _generate (a generation batch: every turn's sampling, prompt rendering, parsing, the
@@ -58,6 +59,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from composer import compute
@@ -204,6 +206,7 @@ class PhaseTimer(TrainerCallback):
         accelerator = self.trainer.accelerator
         return {"schema": SCHEMA, "step": step, "process": accelerator.process_index,
                 "processes": accelerator.num_processes, "device": str(accelerator.device),
+                "gpu": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else "",
                 "model": str(getattr(self.trainer.model.config, "_name_or_path", "")), "step_s": step_s,
                 "generate_s": self._generating - self._env_in_generate, "tools_s": self.tools.wall,
                 "reset_s": self.resets.wall, "train_s": step_s - self._generating - env_outside, "tools": tools,
@@ -289,7 +292,8 @@ def per_unit(records: list[dict]) -> dict:
     def ratio(a, b):
         return a / b if b else None
 
-    return {"steps": len(records), "device": records[0]["device"], "model": records[0]["model"],
+    return {"steps": len(records), "device": records[0]["device"], "gpu": records[0].get("gpu"),
+            "model": records[0]["model"],
             "processes": records[0]["processes"], "generate_s_per_turn": ratio(total["generate_s"], total["turns"]),
             "tool_s_per_call": ratio(seconds, calls),
             "tool_s_by_name": {n: {"calls": c, "s_per_call": s / c} for n, (c, s) in sorted(tools.items())

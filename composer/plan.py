@@ -8,6 +8,7 @@
     python -m composer plan --budget-usd 5000 --effect 0.05 --pool-file tasks.jsonl --student Qwen/Qwen3-4B
     python -m composer plan --from-run runs/004-pilot/jobs/train-B-s0-...   # the live 004 from measured phase times
     python -m composer plan --from-pilot runs/pilot  # the live 004 with the API pilot's measured numbers
+    python -m composer plan --published              # the cost model against published runs (composer.calibration)
 
     from composer import plan
     plan.table("004-ab-train-grpo-vs-trace-replay-dpo", values)    # the header lines
@@ -32,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from composer import compute, power
-from composer.compute import GPUS, SETUPS, VLLM_SERVER_GPUS, gpu_hours, memory_gb, workload
+from composer.compute import GPUS, SETUPS, gpu_hours, memory_gb, workload
 from composer.compute import MODELS  # noqa: F401 (plan.MODELS, .gpu_hours, .workload: what tests/test_slurm.py reads)
 from composer.paths import ROOT
 
@@ -47,37 +48,44 @@ def table(slug: str, values: dict) -> list[str]:
     model = compute.model(w["model"])
     lines = [PLAN_BEGIN,
              f"# {w['model']}: {w['steps']} steps x {w['rollouts_per_step']} rollouts, sequences up to "
-             f"{w['seq_tokens']} tokens (~{w['tokens_per_rollout']:.0f} in ~{w['turns']:.0f} turns a rollout); GPUs of "
-             f"{GPUS['H100'].memory_gb:.0f} GB; ESTIMATES (composer/compute.py); environment concurrent "
-             "(composer.episodes, the code's default).",
-             "# | mode | vLLM (memory fraction) | GPUs | GB per training GPU (state + activations + vLLM + runtime) "
+             f"{w['seq_tokens']} tokens (~{w['tokens_per_rollout']:.0f} in ~{w['turns']:.0f} turns a rollout); "
+             + ", ".join(f"{name} {g.memory_gb:.0f} GB" for name, g in GPUS.items())
+             + "; ESTIMATES (composer/compute.py); environment concurrent (composer.episodes, the code's default).",
+             "# | mode | layout | GB per training GPU (state + activations + vLLM + runtime) "
              "| fits | step s (generate + tools + grade + train) | hours | GPU-hours per arm and seed |"]
-    for setup in SETUPS[slug]:
+    live = [power.live_setup(values)] if slug == LIVE_004 else []
+    for setup in live + [s for s in SETUPS[slug] if s not in live]:
         mem = memory_gb(model, setup, seq_tokens=w["seq_tokens"])
         cost = gpu_hours(model, setup, steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
                          tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
-        vllm = {"colocate": f"colocate ({setup.vllm_fraction})", "server": f"server ({VLLM_SERVER_GPUS} GPU)",
-                "none": "none"}[setup.vllm]
         fits = "yes" if mem["fits"] else "no" + ("" if mem["vllm_holds_model"] else " (vLLM's share < the model)")
         extras = (" + hint teacher" if setup.hint_teacher else "") + (
             f" + DPO ({setup.dpo_pairs} pair{'s' if setup.dpo_pairs > 1 else ''})" if setup.dpo_pairs else "")
-        lines.append(f"# | {setup.mode}{extras} | {vllm} | {setup.gpus} | "
+        lines.append(f"# | {setup.mode}{extras} | {power.describe_layout(setup)} | "
                      f"{mem['total']:.1f} ({mem['training_state']:.1f} + {mem['activations']:.1f} + "
                      f"{mem['vllm']:.1f} + {mem['runtime']:.1f}) | {fits} | {cost['step_s']:,.0f} "
                      f"({cost['generate_s']:,.0f} + {cost['tools_s']:,.0f} + {cost['grade_s']:,.0f} + "
                      f"{cost['train_s']:,.0f}) | {cost['hours']:.2f} | {cost['gpu_hours']:.1f} |")
     if slug == LIVE_004:
-        setup = power.fitting_setups(values)[0]
+        setup = power.live_setup(values)
+        t = power.treatment(values)
+        cheapest = power.layout(t)
         at = dict(steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
                   tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
         concurrent, serial = gpu_hours(model, setup, **at), gpu_hours(model, setup, **at, concurrent_tools=False)
-        cache = compute.kv_tokens(model, GPUS[setup.gpu], compute.VLLM_MEMORY)
-        lines += [f"# At the live setup ({setup.gpus} GPUs, vLLM {setup.vllm}) a step's "
-                  f"{concurrent['episodes_per_engine']} episodes share one engine's KV cache ({cache:,.0f} tokens): "
-                  f"{concurrent['batch_last']} contexts at once by the last turn, each turn re-prefilled once they "
-                  f"outgrow it ({concurrent['prefill_s']:,.0f} s prefill, {concurrent['decode_s']:,.0f} s decode a "
-                  f"step). With TRL's serial tool loop (collect.build_trainer(concurrent_tools=False)) a step would "
-                  f"take {serial['step_s']:,.0f} s: {serial['gpu_hours']:,.0f} GPU-hours per arm and seed."
+        cache = compute.kv_tokens(model, GPUS[setup.gpu], setup.fraction, setup.tp)
+        lines += [f"# The live layout ({power.describe_layout(setup)}) is "
+                  + ("the cheapest" if setup == cheapest else f"NOT the cheapest ({power.describe_layout(cheapest)})")
+                  + f" of the {len(power.layouts(t))} layouts that fit this treatment among the "
+                  f"{len(power.candidate_layouts(t.mode))} composer/power.py prices "
+                  f"(${power.Assumptions().usd_per_h100_hour}/H100-hour, ${power.Assumptions().usd_per_h200_hour}"
+                  "/H200-hour).",
+                  f"# There a step's {concurrent['episodes_per_engine']} episodes an engine share its KV cache "
+                  f"({cache:,.0f} tokens): {concurrent['batch_last']} contexts at once by the last turn, each turn "
+                  f"re-prefilled once they outgrow it ({concurrent['prefill_s']:,.0f} s prefill, "
+                  f"{concurrent['decode_s']:,.0f} s decode a step). With TRL's serial tool loop "
+                  f"(collect.build_trainer(concurrent_tools=False)) a step would take {serial['step_s']:,.0f} s: "
+                  f"{serial['gpu_hours']:,.0f} GPU-hours per arm and seed."
                   ] + power.lines(values)
     return lines + [PLAN_END]
 
@@ -117,12 +125,20 @@ def main(argv=None) -> int:
                         "concurrent_tools=False); default: concurrently, as the code runs them)")
     parser.add_argument("--from-run", metavar="DIR", help="price the live 004's training from the phase times a run "
                         "measured (DIR/phases.jsonl, composer.phases) beside the assumption-only figure")
+    parser.add_argument("--published", action="store_true", help="the cost model against published runs at their "
+                        "own layouts (composer/calibration.py): a table, JSON last")
     parser.add_argument("--from-pilot", metavar="DIR", help="the live 004 with what `python -m composer pilot` "
                         "measured (DIR/pilot.json): base rate, discordance, task spread, tool/grading/turn figures")
     for name, value in vars(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=value,
                             help=f"power assumption (composer/power.py; default {value})")
     args = parser.parse_args(argv)
+    if args.published:
+        from composer import calibration
+
+        print("\n".join(calibration.table()))
+        print(json.dumps(calibration.rows()))
+        return 0
     if args.from_run is not None:
         return _from_run(args.from_run, concurrent_tools=not args.serial_tools)
     if args.from_pilot is not None:
@@ -237,7 +253,8 @@ def _budget(args, assumptions) -> int:
 def brief(d: dict, *, treatment: bool = True) -> str:
     """A design in a table cell: its treatment (optional), arms and seeds x tasks x samples."""
     what = (f"{d['student'].split('/')[-1]} {d['mode']}, {d['steps']} steps x {d['rollouts_per_step']} rollouts, "
-            f"{d['max_turns']} turns / {d['max_tokens'] // 1024}k tokens; " if treatment else "")
+            f"{d['max_turns']} turns / {d['max_tokens'] // 1024}k tokens on {power.describe_layout(d)}; "
+            if treatment else "")
     return f"{what}{len(d['arms'])} arms, {d['seeds']} x {d['tasks']} ({d['pool']}) x {d['samples']}"
 
 
@@ -269,17 +286,28 @@ def _same_text(r: dict, budget: float) -> str:
 
 
 def from_run(run_dir, values: dict, *, concurrent_tools: bool = True) -> dict:
-    """The live profile's training (arm B at its fitting setup, one arm and seed) priced from the phase times a run
-    measured (composer.phases.scaled), with the assumption-only figure (`assumed`) and what was measured (`unit`)."""
+    """The live profile's training (arm B at its layout, one arm and seed) priced from the phase times a run measured
+    (composer.phases.scaled), with the assumption-only figure (`assumed`) and what was measured (`unit`). The tool,
+    grading, start and turn figures carry over always; the generation and training seconds only from a run of the
+    same model on the layout's GPU kind (`compute_carried`), else they stay assumed."""
     from composer import phases  # imports transformers: only for this option
 
     unit = phases.per_unit(phases.read(run_dir))
     w = workload(values)
-    setup = power.fitting_setups(values)[0]
-    cost = phases.scaled(unit, compute.model(w["model"]), setup, steps=w["steps"],
+    setup = power.live_setup(values)
+    carried = same_compute(unit, w["model"], setup.gpu)
+    kept = unit if carried else {**unit, "generate_s_per_turn": None, "train_s_per_token": None}
+    cost = phases.scaled(kept, compute.model(w["model"]), setup, steps=w["steps"],
                          rollouts_per_step=w["rollouts_per_step"], tokens_per_rollout=w["tokens_per_rollout"],
                          turns=w["turns"], concurrent_tools=concurrent_tools)
-    return {"unit": unit, "setup": setup, "workload": w, **cost}
+    return {"unit": unit, "setup": setup, "workload": w, "compute_carried": carried, **cost}
+
+
+def same_compute(unit: dict, model: str, gpu: str) -> bool:
+    """Whether a run's generation and training seconds are the live run's: the same model (its name, or a folder
+    named after it) on the same GPU kind."""
+    name = unit["model"].rstrip("/").split("/")[-1].lower()
+    return name == model.split("/")[-1].lower() and gpu in (unit.get("gpu") or "")
 
 
 def _from_run(run_dir, *, concurrent_tools: bool) -> int:
@@ -306,10 +334,11 @@ def _from_run(run_dir, *, concurrent_tools: bool) -> int:
           f"{u['turns_per_episode'] or 0:.1f} turns an episode, {u['tool_calls_per_turn'] or 0:.2f} tool calls a turn")
     print("replaced (measured; assumed):")
     for key, (what, unit, assumed) in lines.items():
-        value = r["replaced"].get(key)
+        value, measured = r["replaced"].get(key), u.get(key)
         print(f"  {what}: " + (f"{value:.4g} {unit}; {assumed}" if value is not None else
-                               f"not in the run, the assumption kept: {assumed}"))
-    print(f"the live {LIVE_004} ({w['model']} {s.mode}, {s.gpus} GPUs, vLLM {s.vllm}, DPO {s.dpo_pairs} pair a "
+                               f"{measured:.4g} {unit} measured, not carried over: {assumed}" if measured is not None
+                               else f"not in the run, the assumption kept: {assumed}"))
+    print(f"the live {LIVE_004} ({w['model']} {s.mode}, {power.describe_layout(s)}, DPO {s.dpo_pairs} pair a "
           f"micro-batch): {w['steps']} steps x {w['rollouts_per_step']} rollouts ({r['episodes_per_process']} episodes "
           f"per training process), ~{w['turns']:.0f} turns and ~{w['tokens_per_rollout']:.0f} tokens a rollout")
     print("| s per step | generate | tools | grade (start + grading) | train | step |\n|---|---|---|---|---|---|")
@@ -318,10 +347,12 @@ def _from_run(run_dir, *, concurrent_tools: bool) -> int:
                                                                      "step_s")) + " |")
     print(f"GPU-hours per arm and seed: {a['gpu_hours']:,.1f} assumed, {r['gpu_hours']:,.1f} from the measured "
           f"phase times ({r['hours']:,.1f} h on {s.gpus} GPUs)")
-    if u["model"].rstrip("/").split("/")[-1] != w["model"].split("/")[-1] or not u["device"].startswith("cuda"):
-        print(f"note: the run measured {u['model']} on {u['device']}, not {w['model']} on {s.gpu}s: its tool and "
-              "grading seconds carry over, its generation and training seconds are that model's on that machine")
+    where = f"{u['model']} on {u.get('gpu') or u['device']}"
+    print(f"carried over: tool, grading, start and turn figures; generation and training seconds "
+          + (f"too (the run measured {where}, the live model on its GPU kind)" if r["compute_carried"] else
+             f"NOT: the run measured {where}, not {w['model']} on an {s.gpu}; they stay assumed"))
     print(json.dumps({"from_run": str(run_dir), "unit": u, "setup": dataclasses.asdict(s),
+                      "compute_carried": r["compute_carried"],
                       "assumed": {k: a[k] for k in ("generate_s", "tools_s", "grade_s", "train_s", "step_s", "hours",
                                                     "gpu_hours")},
                       "measured": {k: r[k] for k in ("generate_s", "tools_s", "grade_s", "train_s", "step_s",
@@ -347,7 +378,7 @@ def from_pilot(summary: dict, values: dict, assumptions: power.Assumptions, *, c
     unit = {"generate_s_per_turn": None, "train_s_per_token": None,
             **{k: ph.get(k) for k in ("tool_s_per_call", "grade_s_per_submission", "start_s_per_episode")}}
     turns = ph.get("turns_per_episode") or w["turns"]
-    setup = power.fitting_setups(values)[0]
+    setup = power.live_setup(values)
     cost = phases.scaled(unit, compute.model(w["model"]), setup, steps=w["steps"],
                          rollouts_per_step=w["rollouts_per_step"], tokens_per_rollout=w["tokens_per_rollout"],
                          turns=turns, concurrent_tools=concurrent_tools)

@@ -25,7 +25,10 @@ task_sd^2 / tasks does not shrink with seeds or samples, the test pool's size bo
 
 Cost in dollars: the arms' training runs (composer.compute.gpu_hours of the setup, per arm and seed: A without the
 trace-replay channel, B, the control and B+ with it) and the evaluations (every arm and seed, and the initial
-checkpoint, on tasks x samples episodes: composer.compute.evaluation_gpu_hours), GPU-hours times usd_per_gpu_hour.
+checkpoint, on tasks x samples episodes: composer.compute.evaluation_gpu_hours), GPU-hours times the price of the
+layout's GPU (usd_per_h100_hour, usd_per_h200_hour). Each treatment is priced at its cheapest layout (`layout`) among
+the ones whose memory check passes (`layouts`: H100 or H200 nodes, vLLM colocated or served, tensor-parallel engines,
+CPU offload); a layout that does not fit is never priced.
 `search` also varies what the arms are trained as (`Treatment`: the student, full or LoRA fine-tuning, steps,
 rollouts per step, turns and context) and how many arms there are (A and B only, or 004's four): a smaller student
 or fewer steps is a different, cheaper experiment, not the same one, and the output says so.
@@ -34,9 +37,13 @@ or fewer steps is a different, cheaper experiment, not the same one, and the out
 import functools
 import itertools
 import math
+import shlex
 from dataclasses import asdict, dataclass, replace
 
+import yaml
+
 from composer import compute, stats
+from composer.paths import ROOT
 
 ARMS = ("A", "B", "control", "B+")  # what 004 trains per seed; the initial checkpoint is evaluated once more
 ARM_SETS = (("A", "B"), ARMS)  # a design's arms: the treatment against the baseline alone, or with 004's controls
@@ -55,8 +62,13 @@ class Assumptions:
     task_sd: float = 0.15
     # An assumption: training seeds that move the true B - A by 1.5 points (SD), as an evaluation run does.
     seed_sd: float = 0.015
-    # An assumption: on-demand H100 80 GB, per GPU-hour.
-    usd_per_gpu_hour: float = 2.5
+    # Assumptions: on-demand cloud prices per GPU-hour of an H100 SXM 80 GB and an H200 SXM 141 GB (late-2025
+    # list prices run ~$2-3 and ~$3-4); a design is priced at its layout's GPU.
+    usd_per_h100_hour: float = 2.5
+    usd_per_h200_hour: float = 3.5
+
+    def usd_per_hour(self, gpu: str) -> float:
+        return {"H100": self.usd_per_h100_hour, "H200": self.usd_per_h200_hour}[gpu]
 
 
 # Test pools: (tasks, where they come from, what 004 would train on beside them)
@@ -93,8 +105,16 @@ MODES = ("full",)
 STEPS = (25, 50, 100)
 ROLLOUTS = (28, 56, 112)
 BUDGETS = ((15, 16384), (30, 32768))
-# The node layouts a training may take (vLLM mode, its memory fraction, GPUs): one GPU, a served pair, the live node
-LAYOUTS = (("colocate", 0.4, 1), ("server", 0, 2), ("server", 0, 8))
+# The node layouts the search prices, each one the code launches: TRL's colocate mode on every GPU of the launcher's
+# processes (vllm_gpu_memory_utilization, vllm_tensor_parallel_size), or composer.vllm_server (TRL's vllm-serve) on
+# GPUs of its own (--data_parallel_size engines of --tensor_parallel_size GPUs) beside them; FSDP2's CPU offload
+# (accelerate's fsdp_offload_params) or not; H100 or H200 nodes of 1 to 8 GPUs. Not priced: sequence parallelism and
+# TRL's vllm_enable_sleep_mode (004's arms do not set them), LoRA (MODES).
+GPU_KINDS = ("H100", "H200")
+NODE_GPUS = (1, 2, 4, 8)
+COLOCATE_FRACTIONS = (0.3, 0.4, 0.5, 0.6)
+SERVER_GPUS = (1, 2, 4)
+TENSOR_PARALLEL = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -149,25 +169,51 @@ def floor(tasks: int, assumptions: Assumptions = Assumptions(), *, alpha: float 
     return stats.t_detectable_effect(assumptions.task_sd / math.sqrt(tasks), tasks - 1, alpha=alpha, power=power)
 
 
+def candidate_layouts(mode: str) -> list[compute.Setup]:
+    """Every layout of the grid above for arm B (one DPO pair per micro-batch), fitting or not."""
+    rows = []
+    for gpu, gpus, tp, offload in itertools.product(GPU_KINDS, NODE_GPUS, TENSOR_PARALLEL, (False, True)):
+        at = dict(dpo_pairs=1, gpu=gpu, tp=tp, offload=offload)
+        if gpus % tp == 0:
+            rows += [compute.Setup(mode, "colocate", f, gpus, **at) for f in COLOCATE_FRACTIONS]
+        rows += [compute.Setup(mode, "server", 0, gpus, server_gpus=k, **at) for k in SERVER_GPUS
+                 if k < gpus and k % tp == 0]
+    return rows
+
+
 def layouts(t: Treatment) -> list[compute.Setup]:
-    """The node layouts (LAYOUTS) whose memory holds the treatment's arm B (one DPO pair per micro-batch) and whose
-    training processes split its rollouts evenly."""
+    """The layouts (candidate_layouts) whose memory holds the treatment's arm B and whose training processes split
+    its rollouts evenly: the only ones ever priced."""
     model = compute.model(t.student)
-    rows = [compute.Setup(t.mode, vllm, fraction, gpus, dpo_pairs=1) for vllm, fraction, gpus in LAYOUTS]
-    return [s for s in rows if compute.memory_gb(model, s, seq_tokens=t.max_tokens)["fits"]
-            and t.rollouts_per_step % s.training_gpus == 0]
+    return [s for s in candidate_layouts(t.mode) if t.rollouts_per_step % s.training_gpus == 0
+            and compute.memory_gb(model, s, seq_tokens=t.max_tokens)["fits"]]
 
 
-@functools.lru_cache(maxsize=4096)
+def layout(t: Treatment, assumptions: Assumptions = Assumptions(), concurrent_tools: bool = True
+           ) -> compute.Setup | None:
+    """The cheapest layout, in dollars, of the treatment's A and B trainings (None when none fits)."""
+    fitting = layouts(t)
+    return min(fitting, key=lambda s: (runs(t, s, concurrent_tools)["A"] + runs(t, s, concurrent_tools)["B"])
+               * assumptions.usd_per_hour(s.gpu)) if fitting else None
+
+
 def runs(t: Treatment, setup: compute.Setup, concurrent_tools: bool = True) -> dict:
     """GPU-hours of one training run of arm A (no trace-replay channel) and of arm B (the setup's DPO pairs), and B's
     hours."""
-    w, model = t.workload(), compute.model(t.student)
-    at = functools.partial(compute.gpu_hours, model, steps=t.steps, rollouts_per_step=t.rollouts_per_step,
-                           tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"],
-                           concurrent_tools=concurrent_tools)
-    b = at(setup)
-    return {"A": at(replace(setup, dpo_pairs=0))["gpu_hours"], "B": b["gpu_hours"], "hours": b["hours"]}
+    a = _step(t.student, t.rollouts_per_step, t.max_turns, t.max_tokens, replace(setup, dpo_pairs=0),
+              concurrent_tools)
+    b = _step(t.student, t.rollouts_per_step, t.max_turns, t.max_tokens, setup, concurrent_tools)
+    return {"A": t.steps * a["gpu_hours"], "B": t.steps * b["gpu_hours"], "hours": t.steps * b["hours"]}
+
+
+@functools.lru_cache(maxsize=None)
+def _step(student: str, rollouts: int, max_turns: int, max_tokens: int, setup: compute.Setup,
+          concurrent_tools: bool) -> dict:
+    """One optimizer step's compute.gpu_hours (the search prices thousands of layouts, each at three step counts)."""
+    w = Treatment(student, setup.mode, 1, rollouts, max_turns, max_tokens).workload()
+    return compute.gpu_hours(compute.model(student), setup, steps=1, rollouts_per_step=rollouts,
+                             tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"],
+                             concurrent_tools=concurrent_tools)
 
 
 def evaluation(t: Treatment, setup: compute.Setup, episodes: int) -> float:
@@ -190,30 +236,65 @@ def cost(t: Treatment, setup: compute.Setup, seeds: int, tasks: int, samples: in
     train = seeds * (run["A"] + (len(arms) - 1) * run["B"])
     evaluate = (len(arms) * seeds + 1) * evaluation(t, setup, tasks * samples)
     return {"train_gpu_hours": train, "eval_gpu_hours": evaluate, "gpu_hours": train + evaluate,
-            "usd": (train + evaluate) * assumptions.usd_per_gpu_hour}
+            "usd": (train + evaluate) * assumptions.usd_per_hour(setup.gpu)}
 
 
 def _design(t, setup, arms, pool, tasks, seeds, samples, assumptions, concurrent_tools) -> dict:
-    return {**asdict(t), "arms": list(arms), "gpus": setup.gpus, "vllm": setup.vllm, "seeds": seeds, "tasks": tasks,
-            "pool": pool, "samples": samples, "mde": mde(seeds, tasks, samples, assumptions),
+    return {**asdict(t), "arms": list(arms), **layout_fields(setup), "seeds": seeds, "tasks": tasks, "pool": pool,
+            "samples": samples, "mde": mde(seeds, tasks, samples, assumptions),
             **cost(t, setup, seeds, tasks, samples, assumptions, arms=arms, concurrent_tools=concurrent_tools)}
 
 
-def fitting_setups(values: dict) -> list[compute.Setup]:
-    """004's plan rows that its arms can run (full fine-tuning: they have no LoRA path yet, so the LoRA rows are the
-    memory table's only) and whose memory fits, the profile's own vLLM mode first."""
-    w = compute.workload(values)
-    mode = values["trainer_config"].get("vllm_mode", "colocate") if values["trainer_config"].get("use_vllm") else "none"
-    rows = [s for s in compute.SETUPS["004-ab-train-grpo-vs-trace-replay-dpo"] if s.mode == "full"
-            and compute.memory_gb(compute.model(w["model"]), s, seq_tokens=w["seq_tokens"])["fits"]]
-    return sorted(rows, key=lambda s: s.vllm != mode)
+def layout_fields(setup: compute.Setup) -> dict:
+    """What a design records of its layout."""
+    return {k: getattr(setup, k) for k in ("gpu", "gpus", "vllm", "vllm_fraction", "server_gpus", "tp", "offload")}
+
+
+def live_setup(values: dict) -> compute.Setup:
+    """The layout a live 004 profile runs (arm B's, one DPO pair per micro-batch): its node's GPUs from
+    slurm.gpus_per_node (SLURM's typed form "h200:8" names the kind; a bare count means H100s), vLLM's mode and
+    share from trainer_config, a server's engines from the launcher's composer.vllm_server flags
+    (--data_parallel_size, --tensor_parallel_size) and offload from its accelerate config (fsdp_offload_params)."""
+    config, launcher = values["trainer_config"], shlex.split(values.get("launcher") or "")
+    kind, _, count = str((values.get("slurm") or {}).get("gpus_per_node") or "").rpartition(":")
+    if not count.isdigit() or kind.upper() not in ("", *compute.GPUS):
+        raise ValueError(f"slurm.gpus_per_node {values.get('slurm', {}).get('gpus_per_node')!r}: the node's GPUs, "
+                         f"e.g. 8 (H100s) or 'h200:8' (SLURM's typed form; kinds {', '.join(compute.GPUS)})")
+    mode = config.get("vllm_mode", "colocate") if config.get("use_vllm") else "none"
+    at = dict(dpo_pairs=1, gpu=kind.upper() or "H100", offload=_offloads(launcher))
+    if mode == "server":
+        server = shlex.split(launcher[1]) if launcher[:1] == ["scripts/with-server.sh"] else []
+        dp, tp = (int(_flag(server, name, 1)) for name in ("data_parallel_size", "tensor_parallel_size"))
+        return compute.Setup("full", "server", 0, int(count), server_gpus=dp * tp, tp=tp, **at)
+    return compute.Setup("full", mode, config.get("vllm_gpu_memory_utilization", 0.3) if mode == "colocate" else 0,
+                         int(count), tp=config.get("vllm_tensor_parallel_size", 1), **at)
+
+
+def _flag(argv: list[str], name: str, default):
+    """A command line's --name value (TRL's underscores or vLLM's dashes), or `default`."""
+    for spelling in (name, name.replace("_", "-")):
+        if f"--{spelling}" in argv:
+            return argv[argv.index(f"--{spelling}") + 1]
+    return default
+
+
+def _offloads(launcher: list[str]) -> bool:
+    """Whether an accelerate launch offloads: its --fsdp_offload_params flag, or its --config_file's."""
+    flag = _flag(launcher, "fsdp_offload_params", None)
+    if flag is not None:
+        return flag.lower() == "true"
+    path = _flag(launcher, "config_file", None)
+    if path is None:
+        return False
+    config = yaml.safe_load((ROOT / path).read_text())
+    return bool((config.get("fsdp_config") or {}).get("fsdp_offload_params"))
 
 
 def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = True) -> dict:
     """The live profile's own design: its treatment, arms, seeds, pool and samples at its fitting setup."""
     pool = values["test_tasks"]
     tasks = values.get("n_test") or POOLS[pool][0]
-    return _design(treatment(values), fitting_setups(values)[0], tuple(values.get("arms") or ARMS), pool, tasks,
+    return _design(treatment(values), live_setup(values), tuple(values.get("arms") or ARMS), pool, tasks,
                    values["seeds"], values["eval_k"], assumptions, concurrent_tools)
 
 
@@ -261,10 +342,9 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
             found[name] = (rank, args)
 
     for t in sorted(treatments, key=str):
-        fitting = layouts(t)
-        if not fitting:
+        setup = layout(t, assumptions, concurrent_tools)
+        if setup is None:
             continue
-        setup = min(fitting, key=lambda s: runs(t, s, concurrent_tools)["B"])
         run = runs(t, setup, concurrent_tools)
         at = at_base_rate(assumptions, rates[t.student][0])
         suffixes = ("", "_same_treatment") if t == own else ("",)
@@ -272,7 +352,7 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
             checkpoint = evaluation(t, setup, tasks * samples)
             for seeds in SEEDS:  # cost()'s sums, inline
                 usd = (seeds * (run["A"] + (len(arms) - 1) * run["B"]) + (len(arms) * seeds + 1) * checkpoint
-                       ) * assumptions.usd_per_gpu_hour
+                       ) * assumptions.usd_per_hour(setup.gpu)
                 m, args = mde(seeds, tasks, samples, at), (t, setup, arms, pool, tasks, seeds, samples)
                 for suffix in suffixes:
                     consider("cheapest" + suffix, usd, args)
@@ -309,12 +389,20 @@ def at_base_rate(assumptions: Assumptions, rate: float) -> Assumptions:
 
 def describe(d: dict) -> str:
     """A design in one line: treatment, layout, arms, seeds x tasks x samples, mde, GPU-hours and dollars."""
-    return (f"{d['student']} {d['mode']} ({d['gpus']} GPU{'s' if d['gpus'] > 1 else ''}, vLLM {d['vllm']}), "
-            f"{d['steps']} steps x {d['rollouts_per_step']} rollouts, {d['max_turns']} turns / {d['max_tokens']} "
-            f"tokens, {len(d['arms'])} arms ({', '.join(d['arms'])}); {d['seeds']} seeds x {d['tasks']} tasks "
-            f"({d['pool']}) x {d['samples']} sample{'s' if d['samples'] > 1 else ''}: mde {d['mde']:.3f}, "
-            f"{d['gpu_hours']:,.0f} GPU-hours, "
+    return (f"{d['student']} {d['mode']} ({describe_layout(d)}), {d['steps']} steps x {d['rollouts_per_step']} "
+            f"rollouts, {d['max_turns']} turns / {d['max_tokens']} tokens, {len(d['arms'])} arms "
+            f"({', '.join(d['arms'])}); {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} "
+            f"sample{'s' if d['samples'] > 1 else ''}: mde {d['mde']:.3f}, {d['gpu_hours']:,.0f} GPU-hours, "
             f"${d['usd']:,.0f}")
+
+
+def describe_layout(d) -> str:
+    """A layout (a Setup or a design's layout_fields) in words: '8 x H200, vLLM colocated at 0.5'."""
+    d = layout_fields(d) if isinstance(d, compute.Setup) else d
+    tp = f", tensor parallel {d['tp']}" if d["tp"] > 1 else ""
+    vllm = {"colocate": f"vLLM colocated at {d['vllm_fraction']}{tp}",
+            "server": f"vLLM served on {d['server_gpus']} of them{tp}", "none": "no vLLM"}[d["vllm"]]
+    return f"{d['gpus']} x {d['gpu']}, {vllm}" + (", FSDP2 CPU offload" if d["offload"] else "")
 
 
 def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
@@ -322,7 +410,8 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
     d = design(values, assumptions)
     a = asdict(assumptions)
     out = [f"# Power (composer/power.py, ESTIMATES from: discordance {a['discordance']}, task_sd {a['task_sd']}, "
-           f"seed_sd {a['seed_sd']}, ${a['usd_per_gpu_hour']}/GPU-hour; the variance at the effect):",
+           f"seed_sd {a['seed_sd']}, ${a['usd_per_h100_hour']}/H100-hour, ${a['usd_per_h200_hour']}/H200-hour; the "
+           "variance at the effect):",
            f"# this design, {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} samples, detects "
            f"B - A >= {d['mde']:.3f} with 80 % power; {d['gpu_hours']:,.0f} GPU-hours "
            f"(train {d['train_gpu_hours']:,.0f}, evaluate {d['eval_gpu_hours']:,.0f}) = ${d['usd']:,.0f} "
@@ -331,8 +420,8 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
            + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}" for pool, (n, _, _) in POOLS.items())
            + "."]
     jobs = len(d["arms"]) * values["seeds"]
-    out.append("# Wall time on a cluster (executor: slurm, one job per node, no queueing): "
-               + ", ".join(f"{n} node{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
+    out.append(f"# Wall time on a cluster (executor: slurm, one job per allocation of {d['gpus']} GPUs, no queueing): "
+               + ", ".join(f"{n} allocation{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
                            for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
     found = search(math.inf, values, assumptions, effect=0.02, students=())
     cheapest, refused = found["cheapest_for_effect"], found["refused"].get(d["student"])

@@ -33,7 +33,7 @@ SETTINGS = dict(
     partition="",  # sbatch --partition ("": the cluster's default)
     account="",  # sbatch --account ("": none)
     nodes=1,  # per job; a launcher that spans nodes must be configured for it (accelerate's --num_machines)
-    gpus_per_node=0,
+    gpus_per_node=0,  # a count, or SLURM's typed form "h200:8" (the GPU kind the plan priced: composer.power)
     cpus_per_task=1,  # one task per node: the launcher starts the processes; torch's threads in a CPU job
     mem_gb=0,  # 0: the cluster's default
     timeout_min=60,  # a job's time limit; the live profile sets it from composer plan's hours
@@ -75,13 +75,21 @@ def _executor(folder: Path, s: dict, name: str, after: str | None):
     extra = {"kill-on-invalid-dep": "yes"} if after else {}  # a failed training cancels its evaluation
     executor.update_parameters(
         name=name, timeout_min=s["timeout_min"], nodes=s["nodes"], tasks_per_node=1, cpus_per_task=s["cpus_per_task"],
-        **({"gpus_per_node": s["gpus_per_node"]} if s["gpus_per_node"] else {}),
+        **_gpus(s["gpus_per_node"]),
         **({"mem_gb": s["mem_gb"]} if s["mem_gb"] else {}),
         **({"slurm_partition": s["partition"]} if s["partition"] else {}),
         **({"slurm_account": s["account"]} if s["account"] else {}),
         **({"slurm_dependency": f"afterok:{after}"} if after else {}),
         slurm_additional_parameters=extra)
     return executor
+
+
+def _gpus(gpus) -> dict:
+    """submitit's parameter for --gpus-per-node: its generic one takes only a count; a typed "h200:8" goes through
+    the SLURM executor's own."""
+    if not gpus:
+        return {}
+    return {"gpus_per_node": gpus} if isinstance(gpus, int) else {"slurm_gpus_per_node": str(gpus)}
 
 
 def _noted(folder: Path) -> dict[str, str]:

@@ -68,7 +68,7 @@ def test_the_planned_mde_is_what_004s_analysis_detects_80_percent_of_the_time():
 
 def test_cost_by_hand():
     t, setup = power.treatment(LIVE), compute.Setup("full", "server", 0, 8, dpo_pairs=1)
-    got = power.cost(t, setup, seeds=3, tasks=100, samples=2, assumptions=power.Assumptions(usd_per_gpu_hour=2.0))
+    got = power.cost(t, setup, seeds=3, tasks=100, samples=2, assumptions=power.Assumptions(usd_per_h100_hour=2.0))
     w, model = compute.workload(LIVE), compute.MODELS["Qwen/Qwen3-8B"]
     run = lambda s: compute.gpu_hours(model, s, steps=100, rollouts_per_step=112,  # noqa: E731
                                       tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])["gpu_hours"]
@@ -85,7 +85,7 @@ def test_wall_time_on_n_nodes_by_hand():
     """12 trainings (4 arms x 3 seeds) of one training run's hours each (on average), then 13 evaluations, in waves
     of N."""
     d = power.design(LIVE)
-    one, evaluation = d["train_gpu_hours"] / 12 / 8, d["eval_gpu_hours"] / 13 / 8
+    one, evaluation = d["train_gpu_hours"] / 12 / d["gpus"], d["eval_gpu_hours"] / 13 / d["gpus"]
     assert power.wall_hours(LIVE, 1) == pytest.approx(12 * one + 13 * evaluation)
     assert power.wall_hours(LIVE, 5) == pytest.approx(3 * one + 3 * evaluation)
     assert power.wall_hours(LIVE, 13) == pytest.approx(one + evaluation)
@@ -95,7 +95,7 @@ def test_the_live_design_and_the_search():
     own = power.design(LIVE)
     assert (own["seeds"], own["tasks"], own["samples"], own["pool"]) == (3, 103, 4, "lite:test")
     assert (own["student"], own["mode"], own["steps"], own["rollouts_per_step"]) == ("Qwen/Qwen3-8B", "full", 100, 112)
-    assert (own["vllm"], own["gpus"], own["arms"]) == ("server", 8, ["A", "B", "control", "B+"])
+    assert (own["vllm"], own["gpus"], own["arms"]) == ("colocate", 2, ["A", "B", "control", "B+"])
     assert own["mde"] > 0.02  # 3 x 103 x 4 cannot see 2 points
     # the live student's published base rate (3.6 %) is below the floor: the search refuses it, and says why
     refused = power.search(own["usd"], LIVE, effect=0.05)
@@ -135,12 +135,23 @@ def test_the_search_varies_the_treatment_and_keeps_to_fitting_layouts():
         for setup in power.layouts(t):
             assert compute.memory_gb(compute.MODELS[t.student], setup, seq_tokens=t.max_tokens)["fits"]
             assert t.rollouts_per_step % setup.training_gpus == 0
-    # an 8B full fine-tune fits only the 8-GPU node; a 0.6B LoRA fits one GPU
-    assert [s.gpus for s in power.layouts(power.Treatment("Qwen/Qwen3-8B", "full", 25, 28, 15, 16384))] == [8]
+    # every candidate left out fails its memory check or cannot split the rollouts: none that fits is dropped
+    t = power.Treatment("Qwen/Qwen3-8B", "full", 25, 28, 15, 16384)
+    model, kept = compute.MODELS[t.student], power.layouts(t)
+    for setup in set(power.candidate_layouts("full")) - set(kept):
+        assert not compute.memory_gb(model, setup, seq_tokens=t.max_tokens)["fits"] or 28 % setup.training_gpus
+    # an 8B full fine-tune's 16 bytes a parameter fit fewer than 8 H100s only offloaded, and H200s hold it on 2
+    assert {s.gpus for s in kept if s.gpu == "H100" and not s.offload} == {8}
+    assert min(s.gpus for s in kept if s.gpu == "H200" and not s.offload) == 2
     assert power.layouts(power.Treatment("Qwen/Qwen3-0.6B", "lora", 25, 28, 15, 16384))[0].gpus == 1
+    # the chosen layout is the cheapest in dollars of A's and B's trainings, each GPU at its own price
+    a = power.Assumptions(usd_per_h200_hour=1.0)
+    price = {s: (power.runs(t, s)["A"] + power.runs(t, s)["B"]) * a.usd_per_hour(s.gpu) for s in kept}
+    assert price[power.layout(t, a)] == min(price.values()) and power.layout(t, a).gpu == "H200"
+    assert power.layout(t, power.Assumptions(usd_per_h200_hour=100.0)).gpu == "H100"
     # fewer steps are cheaper, and the same steps with the environment concurrent too
     t = power.Treatment("Qwen/Qwen3-8B", "full", 100, 112, 30, 32768)
-    setup = power.layouts(t)[0]
+    setup = power.layout(t)
     assert power.runs(t, setup)["B"] < power.runs(t, setup, False)["B"]  # the code's concurrent default
     assert power.runs(power.Treatment("Qwen/Qwen3-8B", "full", 25, 112, 30, 32768), setup)["B"] == pytest.approx(
         power.runs(t, setup)["B"] / 4)

@@ -59,17 +59,25 @@ def test_settings_name_an_unknown_key_and_a_bad_executor_is_refused(tmp_path):
         arms.run(plan, tmp_path, executor="ray")
 
 
+@pytest.mark.parametrize("gpus, line", [("h200:8", "#SBATCH --gpus-per-node=h200:8"), (8, "#SBATCH --gpus-per-node=8")])
+def test_a_typed_gpu_request_reaches_sbatch(tmp_path, gpus, line):
+    """The live profile asks for the GPU kind the plan priced in SLURM's typed form; submitit's generic parameter
+    takes only a count."""
+    executor = slurm._executor(tmp_path, slurm.settings({"gpus_per_node": gpus}), "job", None)
+    assert line in executor._executor._make_submission_file_text("python -c pass", "1").splitlines()
+
+
 def test_the_live_profiles_settings_are_valid_and_give_a_training_its_planned_hours():
     from composer import plan, power, run
 
     values, _ = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo", profile="live")
     s = slurm.settings(values["slurm"])
-    setup = power.fitting_setups(values)[0]
+    setup = power.live_setup(values)
     w = plan.workload(values)
     hours = plan.gpu_hours(plan.MODELS[w["model"]], setup, steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
                            tokens_per_rollout=w["tokens_per_rollout"])["hours"]
-    assert s["gpus_per_node"] == setup.gpus and s["timeout_min"] >= 60 * hours * 1.2  # a fifth to spare
-    assert values["executor"] == "local" and values["launcher"].startswith("scripts/with-server.sh ")
+    assert s["gpus_per_node"].endswith(f":{setup.gpus}") and s["timeout_min"] >= 60 * hours * 1.2  # a fifth to spare
+    assert values["executor"] == "local" and values["launcher"].startswith("accelerate launch ")
 
 
 def test_without_slurms_commands_it_says_what_is_missing_and_where_to_run(monkeypatch, tmp_path):
