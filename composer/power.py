@@ -290,12 +290,15 @@ def _offloads(launcher: list[str]) -> bool:
     return bool((config.get("fsdp_config") or {}).get("fsdp_offload_params"))
 
 
-def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = True) -> dict:
-    """The live profile's own design: its treatment, arms, seeds, pool and samples at its fitting setup."""
+def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = True,
+           base_rate: float | None = None) -> dict:
+    """The live profile's own design: its treatment, arms, seeds, pool and samples at its layout; its mde at the
+    student's base rate when one is given (at_base_rate), else at the assumed discordance."""
     pool = values["test_tasks"]
     tasks = values.get("n_test") or POOLS[pool][0]
+    used = assumptions if base_rate is None else at_base_rate(assumptions, base_rate)
     return _design(treatment(values), live_setup(values), tuple(values.get("arms") or ARMS), pool, tasks,
-                   values["seeds"], values["eval_k"], assumptions, concurrent_tools)
+                   values["seeds"], values["eval_k"], used, concurrent_tools)
 
 
 def wall_hours(values: dict, nodes: int) -> float:
@@ -363,7 +366,8 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
     names = [n + suffix for n in ("best", "cheapest", "cheapest_for_effect") for suffix in ("", "_same_treatment")]
     return {**{key: _design(*found[key][1], at_base_rate(assumptions, rates[found[key][1][0].student][0]),
                             concurrent_tools) if key in found else None for key in names},
-            "live": design(values, assumptions, concurrent_tools=concurrent_tools), "refused": refused,
+            "live": design(values, assumptions, concurrent_tools=concurrent_tools,
+                           base_rate=rates[own.student][0] if own.student in rates else None), "refused": refused,
             "base_rates": {name: {"pass_at_1": rates[name][0], "source": rates[name][1]}
                            for name in sorted({*students, own.student}) if name in rates}}
 
@@ -407,11 +411,15 @@ def describe_layout(d) -> str:
 
 def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
     """The power block of the live 004 header (comment lines)."""
-    d = design(values, assumptions)
+    rate = BASE_RATES.get(treatment(values).student)
+    d = design(values, assumptions, base_rate=rate and rate[0])
     a = asdict(assumptions)
-    out = [f"# Power (composer/power.py, ESTIMATES from: discordance {a['discordance']}, task_sd {a['task_sd']}, "
-           f"seed_sd {a['seed_sd']}, ${a['usd_per_h100_hour']}/H100-hour, ${a['usd_per_h200_hour']}/H200-hour; the "
-           "variance at the effect):",
+    at = (f"at the student's base rate {rate[0]:.1%} ({rate[1]}): discordance 2 p (1 - p) = "
+          f"{at_base_rate(assumptions, rate[0]).discordance:.3f}" if rate else
+          f"at the assumed discordance {a['discordance']} (no base rate known for the student: run the pilot)")
+    out = [f"# Power (composer/power.py, ESTIMATES from: task_sd {a['task_sd']}, seed_sd {a['seed_sd']}, "
+           f"${a['usd_per_h100_hour']}/H100-hour, ${a['usd_per_h200_hour']}/H200-hour; the variance at the effect), "
+           f"{at}:",
            f"# this design, {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} samples, detects "
            f"B - A >= {d['mde']:.3f} with 80 % power; {d['gpu_hours']:,.0f} GPU-hours "
            f"(train {d['train_gpu_hours']:,.0f}, evaluate {d['eval_gpu_hours']:,.0f}) = ${d['usd']:,.0f} "

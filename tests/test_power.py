@@ -104,7 +104,7 @@ def test_the_live_design_and_the_search():
     assert refused["best"]["student"] == "Qwen/Qwen3-14B"  # the one student above the floor that fits a layout
     # given a base rate above it (a pilot's, say), the live treatment is searched as the others are
     found = power.search(own["usd"], LIVE, effect=0.05, base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
-    assert found["live"] == own
+    assert found["live"] == power.design(LIVE, base_rate=0.2)  # the live design's mde at the student's rate
     same = found["best_same_treatment"]
     assert same["usd"] <= own["usd"] and same["mde"] <= own["mde"]  # the profile's design is in the grid
     assert (same["student"], same["steps"], same["rollouts_per_step"]) == ("Qwen/Qwen3-8B", 100, 112)
