@@ -7,6 +7,7 @@
     python -m composer serve-env --tasks 20        # the coding environment over HTTP/WebSocket (OpenEnv)
     python -m composer zoo --profile report        # train or load the tiny student and 3 teachers; pass@1 table
     python -m composer pilot --student qwen/qwen3-8b --pool verified --episodes 50 --dry-run   # the API pilot
+    python -m composer verdicts --write    # README's and docs/results.md's verdict tables from reports/*.json
 """
 
 import argparse
@@ -128,6 +129,9 @@ def main(argv=None) -> int:
     commands.add_parser("pilot", help="the student through an API on SWE-bench instances before any GPU: base "
                                       "rate, tokens, dollars, traces (--dry-run prices it)", add_help=False)
 
+    commands.add_parser("verdicts", help="README's and docs/results.md's verdict tables from reports/*.json; "
+                                         "--write updates them", add_help=False)
+
     if argv[:1] == ["run"] and len(argv) > 2 and not argv[1].startswith("-") and {"-h", "--help"} & set(argv):
         return describe(argv)
     if argv[:1] == ["serve"]:
@@ -150,6 +154,10 @@ def main(argv=None) -> int:
         from composer import plan
 
         return plan.main(argv[1:])
+    if argv[:1] == ["verdicts"]:
+        from composer import verdicts
+
+        return verdicts.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "bench":  # `bench -- NAME`; a plain `bench NAME` was dispatched above
         return bench(args.name, args.args)

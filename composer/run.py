@@ -26,7 +26,7 @@ import yaml
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from composer import progress, report
+from composer import progress, report, verdicts
 from composer.files import write_atomic
 from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
 
@@ -311,13 +311,10 @@ def write_index(reports_dir=REPORTS):
     rows = []
     for path in sorted(reports_dir.glob("*.json"), key=lambda p: _order(p.stem)):
         r = json.loads(path.read_text())
-        prov = r["provenance"]
-        sha = (prov["git_sha"] or "none")[:7] + ("+dirty" if prov["git_dirty"] else "")
         kind = r["backend"] + (", dry run" if r.get("dry_run") else "")
-        # the criterion that decides the verdict: the first that did not pass, else the first
-        headline = next((c for c in r["criteria"] if c["passed"] is not True), r["criteria"][0])
-        cells = [r["spike"], f"**{r['verdict']}**", report.criterion_line(headline), kind,
-                 r.get("profile", "–"), prov["started_utc"][:10], f"`{sha}`", f"[html]({path.stem}.html)"]
+        cells = [r["spike"], f"**{r['verdict']}**", report.criterion_line(verdicts.deciding(r)), kind,
+                 r.get("profile", "–"), r["provenance"]["started_utc"][:10], f"`{verdicts.commit(r)}`",
+                 f"[html]({path.stem}.html)"]
         rows.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     text = "\n".join([
         "# Reports",
@@ -333,6 +330,8 @@ def write_index(reports_dir=REPORTS):
         "",
     ])
     write_atomic(reports_dir / "README.md", text)
+    if reports_dir.resolve() == Path(REPORTS).resolve():  # the committed reports: README's and results' tables too
+        verdicts.stale(write=True)
 
 
 def run(name, *, profile="default", params_file=None, overrides=None, notebooks_dir=NOTEBOOKS, reports_dir=None,
