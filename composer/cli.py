@@ -171,5 +171,8 @@ def main(argv=None) -> int:
         except (ValueError, yaml.YAMLError) as e:
             print(f"error: -p {item!r}: {str(e).splitlines()[0]}", file=sys.stderr)
             return 2
-    return run.run(args.spike, profile=args.profile, params_file=args.params_file, overrides=overrides,
-                   notebooks_dir=args.notebooks_dir, reports_dir=args.reports_dir)
+    from composer import tether
+
+    with tether.reaping():  # a killed `make reports` leaves nothing running (a library's own children included)
+        return run.run(args.spike, profile=args.profile, params_file=args.params_file, overrides=overrides,
+                       notebooks_dir=args.notebooks_dir, reports_dir=args.reports_dir)

@@ -268,7 +268,8 @@ def run_spike(slug, values, defaults, *, profile="default", notebooks_dir=NOTEBO
     # absolute: papermill saves during execution from inside cwd=ROOT, and at the end from here
     reports_dir = Path(reports_dir).resolve()
     changed = {k: v for k, v in values.items() if v != defaults[k]}
-    print(f"{slug}: " + (", ".join(f"{k}={v!r}" for k, v in changed.items()) if changed else "notebook defaults"))
+    print(f"{slug}: " + (", ".join(f"{k}={v!r}" for k, v in changed.items()) if changed else "notebook defaults"),
+          flush=True)
     executed = reports_dir / slug / "executed.ipynb"
     executed.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -278,7 +279,7 @@ def run_spike(slug, values, defaults, *, profile="default", notebooks_dir=NOTEBO
                 Path(notebooks_dir) / f"{slug}.ipynb", executed, parameters=changed,
                 # python3: the kernel of this interpreter (ipykernel's own), whatever kernel the notebook
                 # declares for JupyterLab ("composer", which `make lab` registers)
-                kernel_name="python3", progress_bar=True, cwd=ROOT,
+                kernel_name="python3", progress_bar={"desc": f"{slug}: cells", **progress.into(sys.stderr)}, cwd=ROOT,
             )
     except PapermillExecutionError as e:
         message = (e.evalue or "").strip().splitlines()

@@ -70,7 +70,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from composer import policies, stats
+from composer import policies, progress, stats
 from composer.env.embedded import tasks
 from composer.env.environment import CodingEnv, EnvConfig
 from composer.files import config_hash, publish
@@ -453,6 +453,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer zoo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="report")
     args = parser.parse_args(argv)
+    progress.command()  # `make reports > log`: a line a minute of each model's training, no loading bars
     profile = PROFILES[args.profile]
     start = time.perf_counter()
     for style in profile.styles:

@@ -86,3 +86,41 @@ def test_in_a_kernel_the_bar_goes_to_the_log_or_the_cell(where, monkeypatch):
         pass
     drawn, other = (own, kernel.text) if where else (kernel.text, own)
     assert DRAWN.search(drawn.getvalue()) and other.getvalue() == ""
+
+
+def test_a_commands_bar_in_a_log_file_is_whole_lines_not_a_redrawn_line(monkeypatch):
+    """`make reports > log`: the zoo's bars (progress.command()) write a line when they start, at most one a minute,
+    and one when they end; no carriage return piles a phase onto one line, and a terminal still gets its bar."""
+    log = io.StringIO()
+    monkeypatch.setenv(progress.ENV, "command")
+    monkeypatch.setattr("sys.stderr", log)
+    for _ in progress.bar(range(200), desc="zoo student", unit="step"):
+        pass
+    text = log.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    lines = text.splitlines()
+    assert 2 <= len(lines) <= 3 and lines[0].startswith("zoo student:   0%") and "200/200 [" in lines[-1]
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    for _ in progress.bar(range(3), desc="zoo student"):
+        pass
+    assert "\r" in terminal.getvalue()  # redrawn in place
+
+
+def test_without_the_command_mark_a_non_kernel_process_draws_nothing_in_a_pipe(monkeypatch):
+    """A job worker inherits the kernel's "log" mark (or none in JupyterLab): its stderr is the notebook's pipe."""
+    for mark in ("log", None):
+        if mark:
+            monkeypatch.setenv(progress.ENV, mark)
+        else:
+            monkeypatch.delenv(progress.ENV, raising=False)
+        pipe = io.StringIO()
+        monkeypatch.setattr("sys.stderr", pipe)
+        for _ in progress.bar(range(3), desc="steps"):
+            pass
+        assert pipe.getvalue() == ""

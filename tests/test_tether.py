@@ -4,6 +4,7 @@
 """
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -114,3 +115,42 @@ def test_a_killed_run_leaves_no_process_behind(tmp_path, sig):
     finally:
         _kill([cli, *tree])
         proc.wait()
+
+
+REAPED = """
+import os, subprocess, sys, time
+from composer import tether
+def spawn():
+    # like verifiers' harness program: a session of its own, and an orphan reparented to init once bash exits
+    own = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    orphan = subprocess.run(["bash", "-c", "setsid sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                            text=True).stdout.strip()
+    while os.getsid(int(orphan)) != int(orphan):  # setsid has not run yet: it is still in this process group
+        time.sleep(0.01)
+    print(own.pid, orphan, flush=True)
+    time.sleep(600)
+if sys.argv[1] == "reaping":
+    with tether.reaping():
+        spawn()
+else:
+    spawn()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_run_stops_the_processes_a_library_started_in_sessions_of_their_own(sig):
+    """`composer run` ends (SIGTERM to its process group, or Ctrl-C's SIGINT) with nothing left: a child in a
+    session of its own and an orphan reparented to init are stopped by their inherited mark (tether.reaping).
+    Without reaping both outlive the run: what killing `make reports` during 002b left behind."""
+    left = {}
+    for mode in ("reaping", "bare"):
+        proc = subprocess.Popen([sys.executable, "-c", REAPED, mode], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=60)
+        procs = [psutil.Process(p) for p in pids if psutil.pid_exists(p)]
+        left[mode] = _alive(procs, timeout=10 if mode == "reaping" else 1)
+        _kill(left[mode])
+    assert left["reaping"] == [] and len(left["bare"]) == 2
