@@ -97,7 +97,8 @@ HEADROOM_FLOOR = 0.05
 SEEDS = range(2, 13)
 SAMPLES = (1, 2, 4, 8)
 # What the search varies of the treatment: Qwen3 students (composer.compute.MODELS), fine-tuning, optimizer steps,
-# rollouts per step (multiples of 7: the live launcher's 7 training processes share them out), (turns, tokens) budgets
+# rollouts per step (multiples of 7, which the layouts' 1, 2, 4 or 7 training processes share out evenly; 8 do only
+# 56 and 112: a layout that cannot split a treatment's rollouts is not priced for it), (turns, tokens) budgets
 STUDENTS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B")
 # 004's arms and 002a's collection fine-tune fully (no peft_config anywhere): a LoRA design would not run, so the
 # search prices none (compute.py's memory table still shows LoRA rows).

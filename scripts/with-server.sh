@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run a command beside a server that lives exactly as long as the command: 004's launcher in the live profile, where
-# each job (on a SLURM node of its own, or one after another on one machine) starts its own vLLM server on the
-# node's last GPU, trains or evaluates on the others, and stops the server when it ends.
+# Run a command beside a server that lives exactly as long as the command: 004's launcher in a served layout
+# (composer.power prices them; the live profile's cheapest is colocated, so it does not use this), where each job (on
+# a SLURM node of its own, or one after another on one machine) starts its own vLLM server on GPUs of its own,
+# trains or evaluates on the others, and stops the server when it ends.
 #   scripts/with-server.sh SERVER_COMMAND HEALTH_URL COMMAND [ARGS...]
 #   scripts/with-server.sh "CUDA_VISIBLE_DEVICES=7 python -m composer.vllm_server --model Qwen/Qwen3-8B" http://127.0.0.1:8000/health/ \
 #     env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --num_processes 7 ...

@@ -220,6 +220,10 @@ def test_the_live_004_runs_the_cheapest_layout_that_fits():
     sizes = {a.get("trace_replay_batch_size") for a in values["arms"].values() if a.get("trace_replay_weight")}
     assert sizes == {setup.dpo_pairs * micro_batches}
     assert 216 / 1.4 <= power.runs(t, setup)["B"] <= 216 * 1.4
+    # the pilot profile measures two steps of this layout (plan --from-run prices the live run from them)
+    pilot = yaml.safe_load((ROOT / "params/pilot/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
+    assert power.live_setup(pilot) == setup and pilot["launcher"] == values["launcher"]
+    assert pilot["arms"]["B"]["trace_replay_batch_size"] == values["arms"]["B"]["trace_replay_batch_size"]
 
 
 @pytest.mark.parametrize("change, words", [
