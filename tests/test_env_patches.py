@@ -76,3 +76,39 @@ def test_apply_unified_diff_refuses_paths_outside_the_repo(repo, tmp_path, targe
     with pytest.raises(patches.PatchError, match="escapes|absolute"):
         patches.apply_unified_diff(repo, diff)
     assert not (tmp_path / "outside.txt").exists() and not os.path.exists("/tmp/composer-outside.txt")
+
+
+# GNU patch ends a name at a space where no tab follows, and a line separator ends a line for Python's splitlines but
+# not for patch: grading read "conftest.py x" (kept, not scanned) while patch wrote conftest.py.
+ODD_NAMES = ["conftest.py x", "tests/conftest.py x", "pytest.ini x", "calc/x\u2028.py", "calc/x\x85.py",
+             "tests/x\u2029.py", "calc/x\x0c.py", "calc/a b.py"]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_apply_unified_diff_refuses_names_patch_reads_otherwise(repo, tool, name):
+    diff = f"--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+import pytest\n"
+    assert patches.diff_paths(diff) == [name]  # one whole name, as patch reads the line
+    with pytest.raises(patches.PatchError, match="plain name"):
+        patches.apply_unified_diff(repo, diff)
+    assert list(repo.rglob("*")) == []
+
+
+def test_apply_unified_diff_returns_what_it_wrote_on_disk(repo, tool, monkeypatch):
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    assert patches.apply_unified_diff(repo, GOOD.replace("+++ b/calc.py", "+++ b/calc.py\t2024-01-01")) == [
+        "calc.py", "tests/test_calc.py"]
+    # a parser of headers that reads a name otherwise than the patch tool: the file written is refused and removed
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "tests/test_calc.py").unlink()
+    monkeypatch.setattr(patches, "diff_paths", lambda diff: ["calc.py", "tests/other.py"])
+    with pytest.raises(patches.PatchError, match="no header of the diff names"):
+        patches.apply_unified_diff(repo, GOOD)
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
+    assert not (repo / "tests/test_calc.py").exists()
+
+
+def test_diff_paths_skips_hunk_bodies_and_reads_every_header():
+    body = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n--- a/conftest.py\n+++ b/conftest.py\n"
+    assert patches.diff_paths(body) == ["calc.py"]
+    assert patches.diff_paths("Index: a/conftest.py\ndiff --git a/x.py b/y.py\nrename from x.py\nrename to z.py\n") \
+        == ["conftest.py", "x.py", "y.py", "z.py"]

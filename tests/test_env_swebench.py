@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.env import tools
 from composer.env.embedded import tasks
 from composer.env.real import swebench
 
@@ -69,6 +70,18 @@ def test_evaluate_resolves_gold_and_not_empty_broken_or_wrong_patches(records, t
         r["instance_id"] for r in records[1:])
     with pytest.raises(ValueError, match="not in the dataset"):
         swebench.evaluate([{**pred(gold, ""), "instance_id": "nope"}], records, run_id="t")
+
+
+def test_a_name_patch_reads_otherwise_than_grading_is_refused_and_left_out_of_the_agents_diff(records, tmp_path):
+    # GNU patch writes "conftest.py x" as conftest.py, which grading would have kept as a source file, unscanned
+    gold = records[0]
+    planted = "--- /dev/null\n+++ b/conftest.py x\n@@ -0,0 +1 @@\n+import pytest\n"
+    report = swebench.evaluate([pred(gold, gold["patch"] + planted)], records, run_id="t")["instances"]
+    assert not report[gold["instance_id"]]["resolved"] and "plain name" in report[gold["instance_id"]]["error"]
+    repo = tasks.materialize(gold, tmp_path / "repo", with_tests=False)
+    before = tools.snapshot(repo)
+    (repo / "conftest.py x").write_text("import pytest\n")  # what code run by run_tests can leave
+    assert tools.repo_diff(before, repo) == ("", ["conftest.py x"])
 
 
 def test_real_instances_need_a_container_engine_and_say_so(records, monkeypatch):

@@ -432,7 +432,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             verdict = "resolved (reward 1)" if report["resolved"] else "not resolved (reward 0)"
             text = f"submitted: {verdict}; graded tests: {_tests_summary(outcomes) if outcomes else 'none ran'}"
         if left_out:
-            text += f"\n(left out of the diff, binary or too large: {', '.join(left_out[:10])})"
+            text += f"\n(left out of the diff, binary, too large or not a plain name: {', '.join(left_out[:10])})"
         if ep.tampering["reset"]:
             text += f"\n(graded with the base's version of: {', '.join(ep.tampering['reset'][:10])})"
         if ep.tampering["flagged"] and self.config.flag_tampering:

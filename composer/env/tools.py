@@ -200,6 +200,10 @@ def edit(root: Path, path: str, start: int, end: int, new_text: str, *, max_byte
     if target.exists():
         target, text = _read_text(root, path)
     elif start == 1 and end == 0:
+        try:  # a name patch would read otherwise than grading (a space, a line separator) never enters a diff
+            patches.check_names([Path(path).as_posix()])
+        except patches.SandboxError as e:
+            raise ToolError(str(e)) from None
         target.parent.mkdir(parents=True, exist_ok=True)
         text = ""
     else:
@@ -244,11 +248,21 @@ def _keep_ends(text: str) -> list[str]:
     return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
+def _plain_name(rel: str) -> bool:
+    try:
+        patches.check_names([rel])
+        return True
+    except patches.SandboxError:
+        return False
+
+
 def repo_diff(before: dict[str, bytes], root: Path, *, exclude=frozenset()) -> tuple[str, list[str]]:
     """(git-style diff from `before` to the files now under root, paths left out of it).
 
     Paths in `exclude` are ignored; changed files that are binary or over MAX_FILE_BYTES cannot
-    be expressed as a text diff and are returned as left out. The diff applies with `patch -p1`."""
+    be expressed as a text diff, and names that patch reads otherwise than grading (patches.check_names: a space, a
+    line separator, which code run by run_tests can give a file) cannot be graded: all are returned as left out. The
+    diff applies with `patch -p1`."""
     root = Path(root).resolve()
     after, left_out = {}, []
     for f in _files(root):
@@ -264,6 +278,9 @@ def repo_diff(before: dict[str, bytes], root: Path, *, exclude=frozenset()) -> t
     for path in sorted((set(before) | set(after)) - set(exclude) - set(left_out)):
         a, b = before.get(path), after.get(path)
         if a == b:
+            continue
+        if not _plain_name(path):
+            left_out.append(path)
             continue
         try:
             old, new = (None if x is None else _decode(x, path) for x in (a, b))

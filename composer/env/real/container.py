@@ -323,6 +323,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
             report["error"] = error
             return report
         report["tampering"].update(tampering.report(before, {p: box.read(f"/testbed/{p}") for p in before}))
+        report["tampering"]["flagged"] += grading.misread_findings(before, patches.diff_paths(record["test_patch"]))
         if report["tampering"]["flagged"] and flag_tampering:
             return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
         box.write("/eval_setup.sh", _script(script[:start]))
@@ -364,17 +365,42 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     return {**report, **graded, **({"resolved": False} if missed else {})}
 
 
+# Every file of /testbed but .git with what a write changes, one a line; a name holding a newline reads as two
+# names, neither of them one the diff gave: refused too.
+TREE = r"find /testbed -path /testbed/.git -prune -o ! -type d -printf '%P\t%y %m %s %T@ %C@ %i\n' | LC_ALL=C sort"
+
+
+def _tree(box: Container) -> dict[str, str]:
+    rc, out, _ = box.exec(f"{TREE} > /tmp/tree.txt && base64 -w0 /tmp/tree.txt", timeout_s=300, workdir="/")
+    if rc != 0:
+        raise RuntimeError(f"could not list /testbed in {box.name}: {out.strip()[-300:]}")
+    lines = base64.b64decode(out).decode("utf-8", "surrogateescape").splitlines()
+    return dict(line.rsplit("\t", 1) if "\t" in line else (line, "") for line in lines)
+
+
 def _apply(box: Container, patch: str) -> tuple[dict[str, bytes | None], str | None]:
-    """Apply a patch to /testbed the way the harness does (its GIT_APPLY_CMDS, in turn): ({each path the patch
-    names: its bytes before, None where absent}, None), or the second item says why it did not apply."""
+    """Apply a patch to /testbed the way the harness does (its GIT_APPLY_CMDS, in turn): ({each file it changed on
+    disk: its bytes before, None where absent}, None), or the second item says why it did not apply or is refused: a
+    name the patch tool reads otherwise than grading (patches.check_names), or a file written under a name no header
+    gives."""
     from swebench.harness.run_evaluation import GIT_APPLY_CMDS
-    changed = patches.diff_paths(patch) if patch.strip() else []
-    before = {p: box.read(f"/testbed/{p}") for p in changed}
+    named = patches.diff_paths(patch) if patch.strip() else []
+    try:
+        patches.check_names(named)
+    except patches.PatchError as e:
+        return {}, f"patch refused: {e}"
+    before = {p: box.read(f"/testbed/{p}") for p in named}
     box.write("/tmp/patch.diff", patch.encode())
+    listed = _tree(box)
     for apply in GIT_APPLY_CMDS:
         rc, applied, _ = box.exec(f"{apply} /tmp/patch.diff", timeout_s=120)
         if rc == 0:
-            return before, None
+            written = patches.changed(listed, _tree(box))
+            # the harness's `git apply --reject` leaves *.rej files, and patch with fuzz *.orig backups, of named files
+            written = [p for p in written if p in named or p.removesuffix(".rej").removesuffix(".orig") not in named]
+            if unnamed := sorted(set(written) - set(named)):
+                return {}, f"patch refused: the patch tool wrote {unnamed[:5]}, which no header of the diff names"
+            return {p: before[p] for p in written}, None
     return before, f"patch did not apply: {applied.strip()[-500:]}"
 
 

@@ -221,7 +221,8 @@ def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tamp
               "tampering": {"reset": [], "flagged": [], "review": [], "forged": []}}
     if not (pred["model_patch"] or "").strip():
         return report
-    patch, reset = grading.source_only(pred["model_patch"], frozenset(patches.diff_paths(instance["test_patch"])))
+    test_paths = frozenset(patches.diff_paths(instance["test_patch"]))
+    patch, reset = grading.source_only(pred["model_patch"], test_paths)
     if not reset and not patch.strip():  # no file in it at all: not a diff, an error instance as in the harness
         patch = pred["model_patch"]
     report["tampering"]["reset"] = reset
@@ -230,21 +231,23 @@ def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tamp
                                  timeout_s=REAL_TIMEOUT_S if timeout_s is None else timeout_s)
         return {**graded, "tampering": {"reset": reset, **graded["tampering"]}}
     return _evaluate_embedded(patch, instance, report, EVAL_TIMEOUT_S if timeout_s is None else timeout_s,
-                              flag_tampering)
+                              flag_tampering, test_paths)
 
 
-def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: float, flag_tampering: bool) -> dict:
+def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: float, flag_tampering: bool,
+                       test_paths: frozenset[str]) -> dict:
     f2p, p2p = json.loads(instance["FAIL_TO_PASS"]), json.loads(instance["PASS_TO_PASS"])
     with tempfile.TemporaryDirectory(prefix="composer-eval-") as tmp:
         try:
             repo = tasks.materialize(instance, Path(tmp) / "repo", with_tests=False)
             known = grading.defined_classes(repo)
-            changed = patches.diff_paths(patch) if patch.strip() else []
-            before = {p: _text(repo, p) for p in changed}
-            if patch.strip():
-                patches.apply_unified_diff(repo, patch)
+            named = {p: _text(repo, p) for p in (patches.diff_paths(patch) if patch.strip() else [])}
+            # the files as patch wrote them, not as the headers read (apply_unified_diff refuses any it did not name)
+            changed = patches.apply_unified_diff(repo, patch) if patch.strip() else []
+            before = {p: named[p] for p in changed}
             report["patch_successfully_applied"] = True
             report["tampering"].update(tampering.report(before, {p: _text(repo, p) for p in changed}))
+            report["tampering"]["flagged"] += grading.misread_findings(before, test_paths)
             patches.apply_unified_diff(repo, instance["test_patch"])
         except (ValueError, patches.SandboxError) as e:
             report["error"] = str(e)
