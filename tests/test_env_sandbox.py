@@ -12,9 +12,11 @@ import shutil
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
+from composer import paths
 from composer.env.containment import sandbox
 from composer.env.containment.limits import FILE_LIMIT_MB
 from composer.env.containment.patches import SandboxError
@@ -90,13 +92,17 @@ def forks(count: int, sleep_s: float) -> str:
 
 PROBE_GUARANTEES = """
 import os, socket, sys, time
-report = {"pid_namespace": os.getpid() == 1}
-try:
-    with open(sys.argv[1], "w") as f:
-        f.write("x")
+report = {"pid_namespace": os.getpid() == 1, "own_uid": os.getuid() not in (0, int(sys.argv[3]))}
+try:  # a file the caller can read (grading's probes in its cache), then one it may write
+    open(os.path.join(os.path.dirname(sys.argv[1]), "secret")).read()
     report["private_files"] = False
 except OSError:
-    report["private_files"] = True
+    try:
+        with open(sys.argv[1], "w") as f:
+            f.write("x")
+        report["private_files"] = False
+    except OSError:
+        report["private_files"] = True
 try:
     socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2).close()
     report["no_network"] = False
@@ -115,6 +121,8 @@ def test_every_mode_keeps_exactly_the_guarantees_the_skips_rest_on(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     os.chmod(outside, 0o777)
+    (outside / "secret").write_text("the expected values")
+    os.chmod(outside / "secret", 0o644)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(64)
@@ -131,13 +139,59 @@ def test_every_mode_keeps_exactly_the_guarantees_the_skips_rest_on(tmp_path):
                     assert mode == "root-ns" and os.geteuid() != 0 and "needs root" in str(refused)
                     continue
                 rc, out, _ = sandbox.run_python(repo, ["-c", PROBE_GUARANTEES, str(outside / mode),
-                                                       str(server.getsockname()[1])], timeout_s=15, max_procs=10)
+                                                       str(server.getsockname()[1]), str(os.geteuid())],
+                                                timeout_s=15, max_procs=10)
             seen = ast.literal_eval(out.split("REPORT", 1)[1].strip())
             assert seen == sandbox.guarantees(mode), (mode, out)
             tried.append(mode)
     finally:
         server.close()
     assert "plain" in tried and MODE in tried
+
+
+def runs_here(mode: str, tmp_path) -> bool:
+    """Whether this host can run `mode` (root-ns: root and bubblewrap; user-ns: user namespaces)."""
+    (tmp_path / mode).mkdir()
+    with sandbox.forced_mode(mode):
+        try:
+            return sandbox.run_python(tmp_path / mode, ["-c", "pass"])[0] == 0
+        except SandboxError:  # root-ns without root
+            return False
+
+
+@pytest.mark.parametrize("mode", sandbox.OWN_ROOT_MODES)
+def test_grading_s_files_are_not_in_a_grading_run_s_filesystem(mode, tmp_path):
+    """Issue 53, finding 1: where grading's files live (the composer cache: the probes' expected values and the task
+    records; the checkout: the task generator and its gold library; the caller's temporary folders) is not there for
+    a grading run of a mode with a filesystem of its own; in "user-ns" it was, with the caller's every right."""
+    if not runs_here(mode, tmp_path):
+        pytest.skip(f"this host cannot run the {mode!r} mode")
+    cache = Path(os.environ.get("COMPOSER_CACHE", paths.CACHE))
+    cache.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "grading.json").write_text("{}")
+    wanted = [str(cache), str(paths.ROOT / "composer"), str(tmp_path / "grading.json"), sandbox.__file__]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_look.py").write_text("import os\n\ndef test_look(record_property):\n"
+                                       f"    record_property('seen', [p for p in {wanted!r} if os.path.exists(p)])\n")
+    with sandbox.forced_mode(mode):
+        run = sandbox.run_pytest(repo, ["test_look.py::test_look"], grading=True)
+    assert run.error is None and run.properties == {"test_look.py::test_look": {"seen": []}}, run.output
+
+
+def test_a_grading_run_is_refused_where_runs_read_the_caller_s_files_unless_a_smoke_run_opts_in(repo, monkeypatch):
+    monkeypatch.delenv(sandbox.UNCONTAINED_GRADING, raising=False)
+    (repo / "test_a.py").write_text("def test_a():\n    pass\n")
+    with sandbox.forced_mode("plain"):
+        with pytest.raises(SandboxError, match='"plain" containment mode.*Missing: .*"root-ns".*user namespaces'):
+            sandbox.run_pytest(repo, [], grading=True)
+        assert sandbox.isolation()["grading"].startswith('refusing to grade a reward in the "plain"')
+        assert sandbox.run_pytest(repo, []).outcomes == {"test_a.py::test_a": True}  # an agent's runs grade nothing
+        assert sandbox.run_pytest(repo, [], grading=True, uncontained_ok=True).outcomes == {"test_a.py::test_a": True}
+        monkeypatch.setenv(sandbox.UNCONTAINED_GRADING, "1")
+        assert sandbox.run_pytest(repo, [], grading=True).outcomes == {"test_a.py::test_a": True}
+        assert sandbox.isolation()["grading"].startswith('UNCONTAINED ("plain" mode, opted in by '
+                                                         f"{sandbox.UNCONTAINED_GRADING}=1)")
 
 
 @pytest.mark.skipif(os.environ.get("COMPOSER_REQUIRE_ROOT_NS") != "1", reason="COMPOSER_REQUIRE_ROOT_NS=1 is CI's")
@@ -183,7 +237,7 @@ def test_parent_secrets_are_not_visible_and_home_is_a_temp_dir(repo, monkeypatch
     env = __import__("json").loads(out)
     assert set(env) == set(sandbox.scrubbed_env())
     assert env["PYTHONHASHSEED"] == "0" and env["HOME"] != os.environ.get("HOME")
-    assert env["HOME"] == "/tmp" if MODE == "root-ns" else "composer-sbx-" in env["HOME"]  # the private /tmp
+    assert env["HOME"] == "/tmp" if HOLDS["private_files"] else "composer-sbx-" in env["HOME"]  # the private /tmp
 
 
 @pytest.mark.skipif(not HOLDS["no_network"], reason="network isolation needs a network namespace")

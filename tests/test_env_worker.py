@@ -219,7 +219,7 @@ def test_worker_child_sees_a_scrubbed_env_and_no_network(repo, worker, monkeypat
     assert set(env) - set(sandbox.scrubbed_env()) == {"PYTHONPATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
                                                       "PYTEST_CURRENT_TEST", "PYTEST_VERSION"}
     assert env["TMPDIR"] == env["HOME"] != os.environ.get("HOME")
-    assert env["HOME"].startswith("/tmp/run-") if MODE == "root-ns" else "composer-sbx-" in env["HOME"]
+    assert env["HOME"].startswith("/tmp/run-") if MODE in sandbox.OWN_ROOT_MODES else "composer-sbx-" in env["HOME"]
 
 
 @needs_ns
@@ -313,7 +313,7 @@ def test_worker_goes_cold_for_a_repo_that_shadows_a_preloaded_module(repo, worke
     assert "textwrap" in worker.fallback and worker.pid is None
 
 
-@pytest.mark.skipif(MODE != "root-ns", reason="in user-ns mode a run holds every capability of its user namespace")
+@needs_ns  # in user-ns mode the run is root of its user namespace, but without a capability
 def test_a_run_cannot_take_over_the_server(repo, worker):
     # The server is pid 1 of the run's namespace and undumpable: no signal, no ptrace, no /proc/1/mem.
     write(repo, "test_t.py", """

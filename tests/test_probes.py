@@ -1,11 +1,19 @@
 """composer.env.defences.probes: held-out inputs whose expected values never enter the test process."""
 
+import difflib
 import json
+import os
 import random
+from pathlib import Path
 
+import pytest
+
+from composer import paths
 from composer.env.containment import sandbox
 from composer.env.defences import canaries, probes
 from composer.env.embedded import tasks
+from composer.env.environment import CodingEnv
+from composer.env.real import swebench
 
 
 def test_probes_move_one_argument_of_a_fail_to_pass_call_and_reveal_the_bug(tmp_path):
@@ -47,3 +55,89 @@ def test_a_probe_is_a_test_that_records_and_matching_is_strict():
 def test_real_records_get_no_probes():
     record = tasks.generate(1, seed=0)[0]
     assert probes.held_out({**record, "repo": "marshmallow-code/marshmallow"}) == []
+
+
+# Appended to the module under test: read the held-out probes' inputs and expected values from the composer cache,
+# where grading wrote them before the run, and answer each probe's call with its expected value (found by the
+# calling line, above whatever wraps the function); every other call keeps the bug.
+CACHE_READER = '''
+
+def _grading_answers():
+    import glob, json
+    found = {{}}
+    for path in glob.glob({cache!r} + "/probes/*/probes.json"):
+        try:
+            for _file, _setup, expr, expected in json.load(open(path)):
+                found[expr] = expected
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _answering(func, answers):
+    import ast, functools, linecache, sys
+
+    @functools.wraps(func)
+    def answer(*args, **kwargs):
+        frame = sys._getframe(1)
+        while frame is not None:
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+            for expr, expected in answers.items():
+                if expr in line:
+                    return ast.literal_eval(expected)
+            frame = frame.f_back
+        return func(*args, **kwargs)
+    return answer
+
+
+{unit} = _answering({unit}, _grading_answers())
+'''
+
+
+def _runs_here(tmp_path, mode) -> bool:
+    """Whether this host can run `mode` (root-ns: root and bubblewrap; user-ns: user namespaces)."""
+    (tmp_path / mode).mkdir()
+    with sandbox.forced_mode(mode):
+        try:
+            return sandbox.run_python(tmp_path / mode, ["-c", "pass"])[0] == 0
+        except sandbox.SandboxError:  # root-ns without root
+            return False
+
+
+@pytest.mark.parametrize("mode", ["root-ns", "user-ns", "plain"])
+def test_grading_s_files_on_disk_are_out_of_the_test_process_s_reach_or_grading_refuses(mode, tmp_path, monkeypatch):
+    """Issue 53, finding 1: test code with the caller's file access read the probes' answers from the cache and
+    passed 4 of 4. Where a grading run has a filesystem of its own (root-ns, user-ns) the same code finds nothing and
+    the bug fails every probe; where it cannot ("plain"), grading refuses unless a smoke run opts in, and then the
+    attack works (so it is one) and the report says the grading was uncontained."""
+    if not _runs_here(tmp_path, mode):
+        pytest.skip(f"this host cannot run the {mode!r} mode")
+    record = tasks.generate(1, seed=0)[0]
+    held = probes.held_out(record)  # computed before any grading, and cached on disk, as a training run does
+    cache = os.environ.get("COMPOSER_CACHE", str(paths.CACHE))
+    assert held and any(held[0].expr in p.read_text() for p in Path(cache).glob("probes/*/probes.json"))
+    task = tasks._build(tasks._spec_of(record))
+    path = f"{task.pkg}/{task.site.module}.py"
+    before = (tasks.materialize(record, tmp_path / "repo", with_tests=False) / path).read_text()
+    after = before + CACHE_READER.format(cache=cache, unit=task.site.unit)
+    diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}"))
+    pred = {"instance_id": record["instance_id"], "model_name_or_path": "attack", "model_patch": diff}
+    monkeypatch.delenv(sandbox.UNCONTAINED_GRADING, raising=False)
+    with sandbox.forced_mode(mode):
+        if mode == "plain":
+            for refused in (lambda: swebench.evaluate([pred], [record], run_id="secrets"),
+                            lambda: CodingEnv([record]).reset(instance=record)):
+                with pytest.raises(RuntimeError, match='refusing to grade a reward in the "plain" containment mode.*'
+                                                       'Missing: .*user namespaces'):
+                    refused()
+            monkeypatch.setenv(sandbox.UNCONTAINED_GRADING, "1")  # a smoke run's explicit opt-in
+        # the scan would name the frames it walks for review only; off, so that this tests the containment alone
+        summary = swebench.evaluate([pred], [record], run_id="secrets", flag_tampering=False)
+    report = summary["instances"][record["instance_id"]]
+    assert report["patch_successfully_applied"] and not report["resolved"]
+    if mode == "plain":  # the answers were readable: every probe forged, and the report names the opt-in
+        assert report["probes"] == {"total": len(held), "missed": 0}, report
+        assert summary["grading"].startswith('UNCONTAINED ("plain" mode')
+    else:
+        assert report["probes"] == {"total": len(held), "missed": len(held)}, report
+        assert summary["grading"].startswith(f"{mode}: grading's files out of the test process's reach")

@@ -46,6 +46,12 @@ Episode rules (decisions, with the reason):
   (composer.env.defences.tampering's decisive findings) scores 0 (`flag_tampering`, default True); its other
   findings are kept for review and score nothing. What was reset, flagged, named for review or
   forged is in the trace record's outcome["tampering"].
+- Embedded tasks are graded only where a grading run has a filesystem of its own ("root-ns" or
+  "user-ns": sandbox.grading_refusal): grading's files are on disk (the probes' expected values and
+  the task records in the composer cache), and a run with the caller's file access reads them and
+  forges its reward. Elsewhere ("plain") reset refuses, naming what the host lacks, unless
+  EnvConfig(grade_uncontained=True) or COMPOSER_GRADE_UNCONTAINED=1 opts in for a smoke run, which
+  is logged and named in each submit's info.grading.
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
@@ -96,6 +102,9 @@ class EnvConfig:
     test_timeout_s: float = 20.0  # per pytest run, run_tests and the grading run alike
     warm_tests: bool | None = None  # a per-episode PytestWorker for run_tests; None: only without the fork server
     flag_tampering: bool = True  # a submission whose source changes reach the grading's machinery scores 0
+    # grade embedded tasks even where test runs can read grading's files ("plain" mode): smoke runs only, and said in
+    # each submit's info.grading (sandbox.grading_refusal: reset refuses such a host otherwise)
+    grade_uncontained: bool = False
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
     search_max_matches: int = 50
@@ -122,6 +131,7 @@ class StepInfo(BaseModel):
     truncated: bool = False
     instance_id: str | None = None
     episode_id: str | None = None
+    grading: str | None = None  # submit's: how the reward was graded (sandbox.grading_note: contained or not)
 
 
 class CodingObservation(Observation):
@@ -165,6 +175,7 @@ class _Result:
     text: str
     tests: dict[str, bool] | None = None
     error: str | None = None
+    grading: str | None = None
 
 
 def _clip(text: str, limit: int) -> str:
@@ -231,6 +242,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         real = swebench.is_real(instance)
         if real and (missing := swebench.real_missing(instance)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: " + "; and ".join(missing))
+        if not real and (refused := sandbox.grading_refusal(self.config.grade_uncontained)):
+            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         self._end()
         tmp = tempfile.TemporaryDirectory(prefix="composer-env-", ignore_cleanup_errors=True)
         workspace = None
@@ -361,7 +374,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             text=_clip(text, cfg.max_observation_chars), done=ep.done, reward=ep.reward if ep.done else None,
             info=StepInfo(tool=name and _utf8(name), args=_json_safe(shown), ok=error is None, error=error,
                           tests=result.tests, step=ep.steps, done=ep.done, truncated=ep.truncated,
-                          instance_id=ep.instance["instance_id"], episode_id=ep.episode_id))
+                          instance_id=ep.instance["instance_id"], episode_id=ep.episode_id, grading=result.grading))
         if self.trace_path is not None:
             outcome = {"resolved": ep.reward == 1.0, "reward": ep.reward, "submitted": ep.submitted,
                        "patch": ep.patch, "tampering": ep.tampering} if ep.done else None
@@ -420,8 +433,10 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         pred = {"instance_id": iid, "model_name_or_path": "composer-env", "model_patch": ep.patch}
         _stop_processes(ep)  # nothing of the episode's test runs is alive while it is graded
         timeout_s = self.config.real_test_timeout_s if ep.workspace else self.config.test_timeout_s
-        report = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=timeout_s,
-                                   flag_tampering=self.config.flag_tampering)["instances"][iid]
+        summary = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=timeout_s,
+                                    flag_tampering=self.config.flag_tampering,
+                                    grade_uncontained=self.config.grade_uncontained)
+        report = summary["instances"][iid]
         ep.submitted, ep.reward, ep.tampering = True, 1.0 if report["resolved"] else 0.0, report["tampering"]
         status = report.get("tests_status") or {}
         outcomes = {t: ok for kind in ("FAIL_TO_PASS", "PASS_TO_PASS") for ok in (True, False)
@@ -439,7 +454,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             text += f"\n(scored 0: the change reaches the grading itself: {'; '.join(ep.tampering['flagged'][:5])})"
         if ep.tampering.get("forged"):
             text += f"\n(scored 0: outcomes forged: {len(ep.tampering['forged'])} canary test(s) came out wrong)"
-        return _Result(text, tests=outcomes or None, error=report["error"])
+        return _Result(text, tests=outcomes or None, error=report["error"], grading=summary["grading"])
 
 
 def _stop_processes(ep: _Episode) -> None:

@@ -39,6 +39,11 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+# A mount's flags as statvfs reports them, and as mount(2) takes them.
+STATVFS_FLAGS = ((os.ST_RDONLY, MS_RDONLY), (os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV),
+                 (os.ST_NOEXEC, MS_NOEXEC), (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+                 (os.ST_RELATIME, MS_RELATIME))
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 24, 36, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
@@ -71,7 +76,14 @@ def _bind(source: str, target: str, read_only: bool, device: bool = False) -> No
         open(target, "a").close()
     _mount(source, target, None, MS_BIND | MS_REC)
     flags = MS_BIND | MS_REMOUNT | MS_NOSUID | (0 if device else MS_NODEV) | (MS_RDONLY if read_only else 0)
-    _mount(None, target, None, flags)
+    _mount(None, target, None, flags | _source_flags(target))
+
+
+def _source_flags(path: str) -> int:
+    """The flags of the mount a bind copied (read at its new place): in a user namespace they are locked, and a
+    remount that dropped one (a host /dev mounted noexec) would fail; so they are kept in every mode."""
+    held = os.statvfs(path).f_flag
+    return sum(ms for st, ms in STATVFS_FLAGS if held & st)
 
 
 def _enter(layout: list, root: str) -> None:
@@ -109,11 +121,16 @@ def _enter(layout: list, root: str) -> None:
     _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _drop(uid: int) -> None:
-    """No capability, not even in the bounding set, the run's uid and gid, no supplementary groups, no_new_privs."""
+def _drop_bounding_set() -> None:
+    """No capability in the bounding set: none comes back at the next exec, even to (mapped) root."""
     cap = 0
     while _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) == 0:  # EINVAL past the kernel's last
         cap += 1
+
+
+def _drop(uid: int) -> None:
+    """No capability, not even in the bounding set, the run's uid and gid, no supplementary groups, no_new_privs."""
+    _drop_bounding_set()
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # from uid 0 to another: permitted, effective and ambient capabilities go
@@ -324,5 +341,23 @@ class Server:
                 self._sock = self._proc = None
 
 
+def enter_and_exec(root: str, layout: list, argv: list[str]) -> None:
+    """The "user-ns" mode's launcher (`python -I forkserver.py --enter ROOT LAYOUT -- ARGV`), run as the mapped root
+    of a new user namespace with new mount and PID namespaces (util-linux unshare): build `layout` on a tmpfs at
+    ROOT (a folder of the caller's, never a source of the layout) as root-ns does, so that nothing of the caller's
+    files but the run's own is there (the checkout, the cache with grading's probes and task records, the home
+    folder, other episodes, the host /tmp); then exec ARGV in the run's folder with no capability left (an empty
+    bounding set, no_new_privs), so the run can neither undo a mount nor remount its read-only parts."""
+    cwd = os.getcwd()
+    os.makedirs(root, exist_ok=True)
+    _enter(layout, root)
+    os.chdir(cwd)
+    _drop_bounding_set()
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    os.execv(argv[0], argv)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--enter":
+        enter_and_exec(sys.argv[2], json.loads(sys.argv[3]), sys.argv[5:])
     serve(int(sys.argv[1]))

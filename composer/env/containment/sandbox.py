@@ -38,12 +38,15 @@ What else holds depends on the host, and `isolation()["mode"]` says which:
   memory controller can be delegated to a child, else the v1 memory hierarchy where writable; the mode
   `isolation()["memory"]` names; where neither is writable, RLIMIT_AS per process and RLIMIT_NPROC
   bound the tree to memory_mb x max_procs). tmpfs pages count against that cgroup too.
-- "user-ns" (Linux, not root, unprivileged user namespaces): `unshare --user --map-root-user` with new
-  network and PID namespaces; the uid is the caller's, so the run reads and writes what the caller can,
-  and RLIMIT_NPROC (which counts the uid's threads) is the caller's current thread count plus `max_procs`.
-  Not contained.
+- "user-ns" (Linux, no root or no bubblewrap, user namespaces): `unshare --user --map-root-user` with new mount,
+  network, IPC, UTS and PID namespaces, where a launcher (forkserver.enter_and_exec) builds the same `layout` as
+  the mapped root and execs the run without a capability: the same filesystem as "root-ns" (grading's files, the
+  checkout, the cache and other episodes are not there; the plugin and a grading copy are read-only binds it cannot
+  remount), but no uid of its own (it is root of its namespace, the caller outside), no memory cgroup, and
+  RLIMIT_NPROC (which counts the uid's threads, and which root ignores) the caller's thread count plus `max_procs`.
 - "plain" (anything else): rlimits and the process-group kill only. No network isolation; a child that
-  calls setsid() survives the timeout kill; as root RLIMIT_NPROC is not enforced at all. Not contained.
+  calls setsid() survives the timeout kill; as root RLIMIT_NPROC is not enforced at all. Not contained: the run
+  reads every file the caller can, so grading refuses to run there (`grading_refusal`) unless a smoke run opts in.
 
 Outcomes. Per-test outcomes come from a small pytest plugin (composer/env/containment/sandbox_plugin.py, its module name
 suffixed per session) loaded with `-p` that sends each report's node id and phase down a pipe, each line
@@ -71,6 +74,7 @@ never goes through a worker: a submission is graded by a cold run in a fresh san
 import contextlib
 import functools
 import json
+import logging
 import os
 import resource
 import secrets
@@ -141,18 +145,20 @@ def _python_dirs() -> list[str]:
     return sorted(d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs))
 
 
-def layout(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[tuple]:
+def layout(repo: Path, plugin_dir: Path, tmp_mb: int, writable: bool = True) -> list[tuple]:
     """A run's filesystem, built from nothing, as a list of operations in order: ("symlink", target, path),
     ("dir", path) (mode 0755), ("ro", path) / ("rw", path) (a bind of the host's path at the same place),
     ("dev",) (null, zero, full, random, urandom, tty), ("proc",), ("tmpfs", path, bytes) (mode 1777).
-    bubblewrap carries it out for cold runs and PytestWorkers (`_bwrap`), composer.env.containment.forkserver for
-    grading runs: one description, two executors."""
+    The repository copy is bound read-only unless `writable` (a grading run's is not). In "root-ns" bubblewrap
+    carries it out for cold runs and PytestWorkers (`_bwrap`), composer.env.containment.forkserver for grading
+    runs; in "user-ns" the forkserver module's launcher (`enter_and_exec`): one description, three executors."""
     ops = [("symlink", os.readlink(d), d) if os.path.islink(d) else ("ro", d) for d in SYSTEM_DIRS
            if os.path.islink(d) or os.path.isdir(d)]
     ops += [("ro", f"/etc/{name}") for name in ETC_FILES if os.path.exists(f"/etc/{name}")]
     ops += [("proc",), ("dev",), ("tmpfs", "/tmp", tmp_mb * 2**20), ("tmpfs", "/dev/shm", tmp_mb * 2**20)]
     made = {"/", "/tmp", "/dev", "/dev/shm", "/proc", "/etc", *SYSTEM_DIRS}
-    for how, d in [("ro", d) for d in _python_dirs()] + [("ro", str(plugin_dir)), ("rw", str(repo))]:
+    own = [("ro", str(plugin_dir)), ("rw" if writable else "ro", str(repo))]
+    for how, d in [("ro", d) for d in _python_dirs()] + own:
         for parent in reversed(Path(d).parents):  # made 0755: the run's uid must pass through them
             if str(parent) not in made:
                 made.add(str(parent))
@@ -161,11 +167,11 @@ def layout(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[tuple]:
     return ops
 
 
-def _bwrap(repo: Path, plugin_dir: Path, tmp_mb: int) -> list[str]:
+def _bwrap(repo: Path, plugin_dir: Path, tmp_mb: int, writable: bool) -> list[str]:
     """bubblewrap's arguments for `layout` (bwrap would make implicit parent folders 0700: they are explicit)."""
     args = ["bwrap", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
             "--new-session"]
-    for op in layout(repo, plugin_dir, tmp_mb):
+    for op in layout(repo, plugin_dir, tmp_mb, writable):
         args += {"symlink": lambda: ["--symlink", op[1], op[2]], "ro": lambda: ["--ro-bind", op[1], op[1]],
                  "rw": lambda: ["--bind", op[1], op[1]], "dir": lambda: ["--perms", "0755", "--dir", op[1]],
                  "dev": lambda: ["--dev", "/dev"], "proc": lambda: ["--dir", "/proc"],  # unshare --mount-proc mounts it
@@ -179,18 +185,28 @@ def _setpriv(uid: int) -> list[str]:
 
 
 PID_NS = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+OWN_ROOT_MODES = ("root-ns", "user-ns")  # where a run's filesystem is `layout`, built from nothing
 
 
-def _ns_prefix(mode: str, uid: int | None, repo: Path, plugin_dir: Path, tmp_mb: int) -> list[str]:
+def _ns_prefix(mode: str, uid: int | None, repo: Path, plugin_dir: Path, tmp_mb: int,
+               writable: bool = True) -> list[str]:
     """The launcher chain. In "root-ns": bwrap (mount, network, IPC, UTS namespaces) runs unshare for the PID
     namespace, so the run's interpreter is pid 1 there (unkillable from inside, and its death ends the whole
     tree) while unshare's --kill-child still reaches it when the chain above dies (bwrap's --as-pid-1 would
-    make it the parent-death signal's target as a namespace init, which the kernel does not deliver)."""
+    make it the parent-death signal's target as a namespace init, which the kernel does not deliver). In
+    "user-ns" (no root or no bubblewrap): unshare makes a user namespace whose root is the caller, and mount,
+    network, IPC, UTS and PID namespaces owned by it, where the launcher (forkserver.enter_and_exec: python -I, so
+    no file of the repository or the environment steers it) builds the same `layout` on a folder of the session
+    and execs the run with no capability: without it the run would read every file the caller can, grading's
+    probes, task records and the checkout among them."""
     if mode == "root-ns":
-        return [*_bwrap(repo, plugin_dir, tmp_mb), "--", "unshare", *PID_NS, "--", *_setpriv(uid), "--",
+        return [*_bwrap(repo, plugin_dir, tmp_mb, writable), "--", "unshare", *PID_NS, "--", *_setpriv(uid), "--",
                 "env", "-u", "PWD", "-u", "OLDPWD", "--"]  # bwrap sets both (OLDPWD: the caller's folder)
     if mode == "user-ns":
-        return ["unshare", "--user", "--map-root-user", "--net", *PID_NS, "--"]
+        own_root = json.dumps(layout(repo, plugin_dir, tmp_mb, writable))
+        return ["unshare", "--user", "--map-root-user", "--mount", "--net", "--ipc", "--uts", "--pid", "--fork",
+                "--kill-child", "--", sys.executable, "-I", forkserver.__file__, "--enter",
+                str(plugin_dir.parent / "root"), own_root, "--"]
     if mode == "pid-ns":
         return ["unshare", *PID_NS, "--"]
     return []
@@ -227,7 +243,8 @@ def _probed_mode() -> str:
         candidates.append("user-ns")
     for mode in candidates:
         with tempfile.TemporaryDirectory(prefix="composer-probe-") as tmp:
-            argv = [*_ns_prefix(mode, UID_BASE - 1, Path(tmp), Path(tmp), 1), sys.executable, "-c",
+            (Path(tmp) / "plugin").mkdir()
+            argv = [*_ns_prefix(mode, UID_BASE - 1, Path(tmp), Path(tmp) / "plugin", 1), sys.executable, "-c",
                     "import os; os.getpid()"]
             try:
                 probe = subprocess.run(argv, cwd="/", env=scrubbed_env(), capture_output=True, timeout=20)
@@ -241,14 +258,65 @@ def _probed_mode() -> str:
 def guarantees(mode: str | None = None) -> dict[str, bool]:
     """What a run is guaranteed in `mode` (default: this host's), the facts that tests and reports rest on:
     process_cap (max_procs bounds its processes: RLIMIT_NPROC, which root ignores, also root inside a user
-    namespace), private_files (its own filesystem and uid: host files, the plugin and a grading copy out of its
-    write reach), no_network (its own network namespace), pid_namespace (its tree dies with it)."""
+    namespace), private_files (its own filesystem: host files out of its reach, grading's among them, and the plugin
+    and a grading copy out of its write reach), own_uid (a uid of its own, unique among live sandboxes),
+    no_network (its own network namespace), pid_namespace (its tree dies with it)."""
     mode = mode or _mode()
     root = os.geteuid() == 0
     return {"process_cap": mode == "root-ns" or (mode in ("user-ns", "plain") and not root),
-            "private_files": mode == "root-ns",
+            "private_files": mode in OWN_ROOT_MODES,
+            "own_uid": mode == "root-ns",
             "no_network": mode in ("root-ns", "user-ns"),
             "pid_namespace": mode in ("root-ns", "user-ns", "pid-ns")}
+
+
+UNCONTAINED_GRADING = "COMPOSER_GRADE_UNCONTAINED"  # "1": grade in a mode whose runs read the caller's files
+
+
+def grading_refusal(opt_in: bool = False) -> str | None:
+    """Why a reward must not be graded here, or None. Grading's own files are on disk before its run (the held-out
+    probes' expected values and the task records, gold patches among them, in the composer cache; the checkout), and
+    only a filesystem of the run's own (`OWN_ROOT_MODES`) keeps them from the code under test: elsewhere it reads
+    them and answers the probes (issue 53: 4 of 4, reward 1.0). Fails closed: graded anyway only on an explicit
+    opt-in for smoke runs (`opt_in`: EnvConfig.grade_uncontained; or COMPOSER_GRADE_UNCONTAINED=1), which
+    `grading_note` names in reports."""
+    mode = _mode()
+    if mode in OWN_ROOT_MODES or opt_in or os.environ.get(UNCONTAINED_GRADING) == "1":
+        return None
+    return (f'refusing to grade a reward in the "{mode}" containment mode: its test runs read every file the caller '
+            "can, grading's own among them (the held-out probes' expected values and the task records in the composer "
+            f"cache), so a submission could forge its reward. Missing: {_missing_for_own_root()}. Either gives runs a "
+            "filesystem of their own (docs/sandbox.md). For a smoke run whose rewards train and evaluate nothing: "
+            f"{UNCONTAINED_GRADING}=1 or EnvConfig(grade_uncontained=True), named in the report.")
+
+
+def _missing_for_own_root() -> str:
+    """What this host lacks for a mode that gives runs a filesystem of their own, and how to get it, in words."""
+    if sys.platform != "linux":
+        return f"Linux's mount and user namespaces (this is {sys.platform})"
+    root_ns = ('bubblewrap and setpriv (apt-get install bubblewrap util-linux) for the "root-ns" mode'
+               if os.geteuid() == 0 else 'root, with bubblewrap, for the "root-ns" mode')
+    return (f'{root_ns}, or user namespaces for the "user-ns" mode (`unshare --user --map-root-user --mount true` '
+            "must succeed: util-linux's unshare, and sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu 24.04+ "
+            "kernel.apparmor_restrict_unprivileged_userns=0)")
+
+
+def grading_note(opt_in: bool = False) -> str:
+    """How rewards are graded here, for a report: contained, graded uncontained on the opt-in, or refused."""
+    mode, refused = _mode(), grading_refusal(opt_in)
+    if refused:
+        return refused
+    if mode in OWN_ROOT_MODES:
+        return f"{mode}: grading's files out of the test process's reach (a filesystem of its own)"
+    how = "EnvConfig(grade_uncontained=True)" if opt_in else f"{UNCONTAINED_GRADING}=1"
+    return (f'UNCONTAINED ("{mode}" mode, opted in by {how}): the code under test can read grading\'s files; '
+            "rewards fit for a smoke run only")
+
+
+@functools.cache
+def _warn_uncontained(note: str) -> None:
+    """Log, once a process, that rewards are graded where the code under test reads grading's files."""
+    logging.getLogger(__name__).warning("grading rewards %s", note)
 
 
 @functools.cache
@@ -269,7 +337,9 @@ def isolation() -> dict:
                                                        else "; RLIMIT_NPROC=current threads+max_procs")}[mode],
         "filesystem": {"root-ns": "own mount namespace: system and Python read-only, private size-limited /tmp, "
                                   "the repository copy read-write, nothing else",
-                       "user-ns": "the caller's rights (not contained)",
+                       "user-ns": "own mount namespace in a user namespace whose root is the caller, no capability: "
+                                  "system and Python read-only, private size-limited /tmp, the repository copy "
+                                  "read-write, nothing else",
                        "plain": "the caller's rights (not contained)"}[mode],
         "memory": (f"cgroup {memory[1]} memory cap for the process tree" if mode == "root-ns" and memory
                    else "RLIMIT_AS per process only"),
@@ -277,6 +347,7 @@ def isolation() -> dict:
                         else f"cold interpreter per run{' (fork server failed: ' + _FORKSERVER.failed + ')' if _FORKSERVER.failed else ''}"),
         "rlimits": ["AS", "CPU", "FSIZE", "NPROC", "CORE"],
         "environment": sorted(scrubbed_env()),
+        "grading": grading_note(),
     }
 
 
@@ -336,8 +407,9 @@ class _Session:
         return self.dir / "plugin"
 
     def env(self) -> dict:
-        """The child's variables: scrubbed, HOME/TMPDIR in the private /tmp ("root-ns") or the session folder."""
-        return scrubbed_env("/tmp" if self.mode == "root-ns" else self.dir / "home")
+        """The child's variables: scrubbed, HOME/TMPDIR in the private /tmp (a filesystem of its own) or the session
+        folder."""
+        return scrubbed_env("/tmp" if self.mode in OWN_ROOT_MODES else self.dir / "home")
 
     def pytest_env(self) -> dict:
         """env() with the outcome plugin importable (plugin autoload off: the host venv's plugins are not the
@@ -357,7 +429,8 @@ class _Session:
         caller instead of vfork(), ~30 ms per run from a process with transformers loaded."""
         lim = self.limits
         limits = [(getattr(resource, f"RLIMIT_{name}"), name.lower(), value) for name, value in self.rlimits()]
-        argv = [*_ns_prefix(self.mode, self.uid, self.repo, self.plugin_dir, lim.tmp_mb), sys.executable, *args]
+        argv = [*_ns_prefix(self.mode, self.uid, self.repo, self.plugin_dir, lim.tmp_mb, self.writable),
+                sys.executable, *args]
         if self.cgroup is not None:
             argv = [*self.cgroup.join_argv(), *argv]
         if _prlimit():
@@ -516,19 +589,24 @@ def run_python(repo_dir: Path, args: list[str], *, extra_env: dict | None = None
 
 
 def run_pytest(repo_dir: Path, test_ids: list[str], *, grading: bool = False, known_classes=(), changed=(),
-               **limits) -> TestRun:
+               uncontained_ok: bool = False, **limits) -> TestRun:
     """Run pytest once on `test_ids` (all collected tests when empty) under `Limits(**limits)`; outcome per node id.
     grading: a submission's graded run: the tests see the code under test's values made plain
     (composer/env/containment/plain_values.py; known_classes: "module:qualname" of the classes the base commit defines,
     changed: the files the submission's diff changed, never trusted as the tests' own),
-    and in "root-ns" the repository is the caller's, read-only to the run (its code cannot rewrite the graded test files
-    or the canaries in them).
+    and the repository read-only to the run (its code cannot rewrite the graded test files or the canaries in them).
+    A grading run is refused (SandboxError, `grading_refusal`) where the run would read grading's files, unless
+    `uncontained_ok` (or COMPOSER_GRADE_UNCONTAINED=1) opts in for a smoke run, which is logged.
 
     pytest gets the ids' files and the plugin keeps just the ids, so one missing id does not
     abort the run (pytest alone would exit 4 and run nothing). A file id ("tests/test_x.py")
     passes when all its tests do. A requested id that never ran (not collected, timeout,
     crash) maps to False and `error` says why; error is None only when pytest finished
     normally and every requested id ran."""
+    if grading and (refused := grading_refusal(uncontained_ok)):
+        raise SandboxError(refused)
+    if grading and _mode() not in OWN_ROOT_MODES:
+        _warn_uncontained(grading_note(uncontained_ok))
     with _Session(repo_dir, Limits(**limits), writable=not grading) as s:
         def runner(args, extra):
             if s.mode in FORKED_MODES and _FORKSERVER.failed is None:
@@ -581,7 +659,7 @@ def _forked(s: "_Session", args: list[str], extra: dict) -> tuple[int, str, bool
     status_r, status_w = os.pipe()
     report = _Report()
     contained = s.mode == "root-ns"
-    request = {"layout": layout(s.repo, s.plugin_dir, lim.tmp_mb) if contained else None, "uid": s.uid,
+    request = {"layout": layout(s.repo, s.plugin_dir, lim.tmp_mb, s.writable) if contained else None, "uid": s.uid,
                "rlimits": s.rlimits(),
                "cgroup": str(s.cgroup.path / "cgroup.procs") if s.cgroup else None, "args": args,
                "env": {**s.pytest_env(), **extra}, "cwd": str(s.repo), "plugin_dir": str(s.plugin_dir)}

@@ -241,8 +241,8 @@ class PytestWorker:
     Differences from run_pytest: one uid, cgroup and private /tmp for the worker's life (each run gets a
     fresh HOME/TMPDIR inside it, but /tmp and the repo keep what runs wrote, as with successive cold runs),
     and the repo stays handed to that uid until close. A run cannot signal the server (init of its
-    namespace) nor, in "root-ns" mode, ptrace it or read its memory (it is undumpable); in "user-ns" mode
-    a run holds every capability of its user namespace and could. A run can leave files (a conftest.py)
+    namespace) nor ptrace it or read its memory (it is undumpable, and a run holds no capability: in "user-ns"
+    mode it is root of its user namespace, its capabilities dropped at its exec). A run can leave files (a conftest.py)
     in its repo that alter the next runs there, as with cold runs: grading never uses a worker.
 
     Falls back to cold run_pytest (and says why in `fallback`) where the server cannot work: in
@@ -329,7 +329,7 @@ class PytestWorker:
         if clash:
             raise _WorkerDied(f"the worker preloaded modules that the repo has: {', '.join(clash[:5])}")
         session = server.session
-        inside = "/tmp" if session.mode == "root-ns" else str(session.dir / "home")
+        inside = "/tmp" if session.mode in sandbox.OWN_ROOT_MODES else str(session.dir / "home")
         home = f"{inside}/run-{next(self._runs)}"
         if session.uid is not None:  # files the host wrote since the last run (the tools' edits) go to the run's uid
             chown_tree(self.repo, session.uid, session.uid)
@@ -338,7 +338,7 @@ class PytestWorker:
             return _pytest_once(self.repo, test_ids, self.limits.timeout_s, session.plugin_dir,
                                 lambda args, extra: self._exchange(server, args, {**extra, **env}))
         finally:
-            if session.mode != "root-ns":  # in "root-ns" it is in the private /tmp, gone with the server
+            if session.mode not in sandbox.OWN_ROOT_MODES:  # else in the private /tmp, gone with the server
                 shutil.rmtree(home, ignore_errors=True)
 
     def _exchange(self, server: _Server, args: list[str], env: dict) -> tuple[int, str, bool, bytes]:

@@ -29,9 +29,10 @@ Embedded records ("composer-embedded/..." repos) are evaluated here like the har
 base_commit, then the patch, then test_patch, then FAIL_TO_PASS + PASS_TO_PASS (renamed, among the canaries and the
 task's held-out probes, composer.env.defences.probes, which must record the gold library's values: `probes` in the
 report) in one cold pytest run in a fresh sandbox, read-only to the run, with the values the tests compare made plain
-(`sandbox.run_pytest(grading=True)`). Real records are graded by the swebench harness's own eval script and log parser in a fresh container
-from the instance image (composer.env.real.container; needs a container engine and the image); several at once with
-max_workers.
+(`sandbox.run_pytest(grading=True)`), and only where that run has a filesystem of its own (sandbox.grading_refusal:
+else refused, unless grade_uncontained opts in for a smoke run). Real records are graded by the swebench harness's
+own eval script and log parser in a fresh container from the instance image (composer.env.real.container; needs a
+container engine and the image); several at once with max_workers.
 """
 
 import importlib.util
@@ -176,12 +177,14 @@ def load_predictions(path: str | Path) -> list[dict]:
 
 
 def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max_workers: int = 1,
-             timeout_s: float | None = None, flag_tampering: bool = True) -> dict:
+             timeout_s: float | None = None, flag_tampering: bool = True, grade_uncontained: bool = False) -> dict:
     """Grade predictions against instances the way the SWE-bench harness does (see module doc).
 
     timeout_s: per test run; None: EVAL_TIMEOUT_S on embedded records, REAL_TIMEOUT_S (the harness's default) on
     real ones. flag_tampering: a prediction whose source changes tamper with the test run (see
-    composer.env.defences.grading.scan) is not resolved; False grades it on its tests alone."""
+    composer.env.defences.grading.scan) is not resolved; False grades it on its tests alone. Embedded records are
+    refused (RuntimeError, before any is graded) in a containment mode whose test runs could read grading's files
+    (sandbox.grading_refusal) unless grade_uncontained opts in for a smoke run; the summary's "grading" says which."""
     preds = {}
     for p in map(validate_prediction, predictions):
         if p["instance_id"] in preds:
@@ -191,6 +194,9 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
     unknown = sorted(set(preds) - set(by_id))
     if unknown:
         raise ValueError(f"predictions for instances not in the dataset: {unknown[:5]}")
+    embedded = [iid for iid in preds if not is_real(by_id[iid])]
+    if embedded and (refused := sandbox.grading_refusal(grade_uncontained)):
+        raise RuntimeError(f"cannot grade {embedded[0]}: {refused}")
     for iid in preds:
         if is_real(by_id[iid]):
             missing = real_missing(by_id[iid])
@@ -198,9 +204,11 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
                 raise RuntimeError(f"{iid} is a real SWE-bench instance, which is graded in a container, but "
                                    + "; and ".join(missing) + ".")
     with ThreadPoolExecutor(max(1, max_workers)) as pool:
-        graded = pool.map(lambda i: _evaluate_one(preds[i], by_id[i], timeout_s, flag_tampering), list(preds))
+        graded = pool.map(lambda i: _evaluate_one(preds[i], by_id[i], timeout_s, flag_tampering, grade_uncontained),
+                          list(preds))
         reports = dict(zip(preds, graded, strict=True))
-    return _summary(preds, list(by_id), reports, run_id)
+    return {**_summary(preds, list(by_id), reports, run_id),
+            "grading": sandbox.grading_note(grade_uncontained) if embedded else "in containers (real instances)"}
 
 
 def is_real(instance: dict) -> bool:
@@ -215,7 +223,8 @@ def real_missing(instance: dict) -> list[str]:
     return missing + container.problems(instance)
 
 
-def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tampering: bool) -> dict:
+def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tampering: bool,
+                  grade_uncontained: bool) -> dict:
     report = {"patch_is_None": pred["model_patch"] is None, "patch_exists": pred["model_patch"] is not None,
               "patch_successfully_applied": False, "resolved": False, "error": None,
               "tampering": {"reset": [], "flagged": [], "review": [], "forged": []}}
@@ -231,11 +240,11 @@ def _evaluate_one(pred: dict, instance: dict, timeout_s: float | None, flag_tamp
                                  timeout_s=REAL_TIMEOUT_S if timeout_s is None else timeout_s)
         return {**graded, "tampering": {"reset": reset, **graded["tampering"]}}
     return _evaluate_embedded(patch, instance, report, EVAL_TIMEOUT_S if timeout_s is None else timeout_s,
-                              flag_tampering, test_paths)
+                              flag_tampering, test_paths, grade_uncontained)
 
 
 def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: float, flag_tampering: bool,
-                       test_paths: frozenset[str]) -> dict:
+                       test_paths: frozenset[str], grade_uncontained: bool) -> dict:
     f2p, p2p = json.loads(instance["FAIL_TO_PASS"]), json.loads(instance["PASS_TO_PASS"])
     with tempfile.TemporaryDirectory(prefix="composer-eval-") as tmp:
         try:
@@ -260,7 +269,7 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
         for f, text in planted.files.items():
             (repo / f).write_text(text)
         run = sandbox.run_pytest(repo, planted.test_ids, timeout_s=timeout_s, grading=True, known_classes=known,
-                                 changed=changed)
+                                 changed=changed, uncontained_ok=grade_uncontained)
     outcomes, report["tampering"]["forged"], missed = planted.read(run.outcomes, missing=run.missing,
                                                                    timed_out=run.timed_out, properties=run.properties)
     report["probes"] = {"total": len(planted.probes), "missed": len(missed)}
