@@ -2,6 +2,7 @@
 
 import collections
 import random
+import sys
 import textwrap
 
 import pytest
@@ -110,6 +111,30 @@ def test_each_kind_is_found_where_the_change_adds_it(code, what):
     # an object's own attributes of those names (jupyter_client's self._exit, protobuf's self._TOKEN)
     ("def f(self):\n    self._exit = 1\n    return self._TOKEN.match(self._exit)\n", None),
     ("import sys\nsys.modules['os']._exit(0)\n", True),
+    # the guarded machinery reached by another name (issue 53's routes, and their kin)
+    ("class K:\n    _exit = staticmethod(getattr(os, '_exit'))\n    def f(self):\n        self._exit(0)\n", True),
+    ("os.__dict__['_exit'](0)\n", True), ("vars(os)['abort']()\n", True), ("os.__dict__.get('abort')()\n", True),
+    ("getattr(os, 'abort')()\n", True), ("__import__('os').abort()\n", True),
+    ("import sys\ngetattr(sys, 'settrace')\n", True), ("import threading\nthreading.settrace(print)\n", True),
+    ("import sys\nsys.monitoring.use_tool_id(1, 'x')\n", True), ("def f(m):\n    return vars(m)['_TOKEN']\n", True),
+    ("def f(m):\n    return [k for k in vars(m) if k == '_FD']\n", True),
+    ("def f(t, g):\n    setattr(t, '__code__', g.__code__)\n", True),
+    ("import types\ndef f(m, g):\n    m.test_a = types.FunctionType(g.__code__, m.test_a.__globals__)\n", True),
+    ("from types import FunctionType as F\ndef f(g):\n    return F(g.__code__, {})\n", True),
+    ("def f(g):\n    return g.__code__.replace(co_consts=(None, True))\n", True),
+    ("import importlib\nm = importlib.import_module('_py' + 'test')\n", True),
+    ("import importlib\nname = ''.join(['_py', 'test'])\nm = importlib.import_module(name)\n", True),
+    ("import base64\nexec(base64.b64decode('eCA9IDE=').decode())\n", True),
+    ("from base64 import b64decode as d\npayload = d(b'eCA9IDE=')\nexec(payload)\n", True),
+    ("exec(bytes([120, 61, 49]).decode())\n", True), ("getattr(os, '_ex' + 'it')(0)\n", True),
+    ("os.write(3, b'x')\n", True), ("f = open(3, 'w')\n", True), ("f = os.fdopen(4, 'w')\n", True),
+    ("for fd in range(3, 64):\n    os.write(fd, b'x')\n", True), ("f = open('/proc/self/fd/3', 'w')\n", True),
+    # their honest kin: a function's copy from its own code, imports, exec and descriptors named at run time
+    ("import types\ndef f(g):\n    return types.FunctionType(g.__code__, g.__globals__, name='h')\n", False),
+    ("def f(g):\n    return getattr(g, '__code__', None)\n", False),
+    ("import importlib\ndef f(name):\n    return importlib.import_module(name)\n", False),
+    ("def f(code, ns):\n    exec(code, ns)\n", False), ("def f(fd):\n    os.write(fd, b'x')\n", None),
+    ("os.write(2, b'x')\nx = [1, 2][-1]\n", None),
 ])
 def test_only_what_reaches_the_gradings_own_machinery_is_decisive(code, decisive):
     found = scan_added(code)
@@ -159,12 +184,22 @@ def test_a_file_nested_deeper_than_the_recursion_limit_is_scanned_whole():
     deep = "import sys\nx = sys.settrace + " + " + ".join(["1"] * 1200) + "\n"
     assert tampering.scan({"calc/table.py": "import sys\n"}, {"calc/table.py": deep}) == [
         "tracing hooks in calc/table.py:2"]
-    # deeper than Python can parse (or import): named for review, scores nothing
-    deeper = "x = " + " + ".join(["1"] * 100_000) + "\n"
+
+
+def test_a_file_too_deep_for_the_default_recursion_limit_is_read_and_one_deeper_still_scores_0(monkeypatch):
+    """A library can raise the recursion limit and import a file deeper than the default allows: the scan reads it
+    with a raised limit, and what it cannot read even so (its payload would run unscanned) is decisive."""
+    limit = sys.getrecursionlimit()
+    deeper = "import sys\nx = sys.settrace + " + " + ".join(["1"] * 20_000) + "\n"
     found = tampering.scan({"calc/table.py": None}, {"calc/table.py": deeper})
-    assert found == ["a file nested too deeply to scan in calc/table.py:1"] and tampering.decisive(found) == []
+    assert found == ["tracing hooks in calc/table.py:2"] == tampering.decisive(found)
+    assert tampering.scan({"calc/table.py": None}, {"calc/table.py": "x = " + "+".join(["1"] * 20_000)}) == []
+    monkeypatch.setattr(tampering, "DEEP_LIMIT", 5_000)  # deeper than the scan reads
+    found = tampering.scan({"calc/table.py": None}, {"calc/table.py": deeper})
+    assert found == ["a file nested too deeply to scan in calc/table.py:1"] == tampering.decisive(found)
     # whatever the change did to a file that was already too deep is named too
-    assert tampering.scan({"calc/table.py": deeper}, {"calc/table.py": deeper + "import sys\n"}) == found
+    assert tampering.scan({"calc/table.py": deeper}, {"calc/table.py": deeper + "import gc\n"}) == found
+    assert sys.getrecursionlimit() == limit
 
 
 def test_bytes_are_read_as_python_reads_source_coding_line_included():
