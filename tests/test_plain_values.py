@@ -434,3 +434,34 @@ def test_a_rigged_class_in_a_file_named_like_tests_that_the_diff_wrote_is_not_tr
     graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py", where])
     assert ordinary.outcomes == trusted.outcomes == {test[0]: True}, (ordinary.output, trusted.output)
     assert graded.outcomes == {test[0]: False}, graded.output
+
+
+# Issue 53, finding 4: library code that claims a test's or a library's identity through values it can assign.
+SPOOFS = {
+    "__file__ rebound to a test file's": 'import os\n__file__ = os.path.join(os.getcwd(), "tests", "test_code.py")\n'
+                                         + RIG,
+    "__name__ rebound to the test module's": '__name__ = "tests.test_code"\n' + RIG + '__name__ = "pkg.code"\n',
+    "the class's __module__ set to the test module's": RIG.replace(":\n", ':\n    __module__ = "tests.test_code"\n', 1),
+    "a module made by hand, its __file__ and the code's file outside the repository": (
+        'import sys, types\n_lib = types.ModuleType("fakelib")\n_lib.__file__ = "/usr/lib/python3/fakelib.py"\n'
+        'sys.modules["fakelib"] = _lib\n'
+        f'exec(compile({RIG!r}, "/usr/lib/python3/fakelib.py", "exec"), _lib.__dict__)\nRigged = _lib.Rigged\n'),
+}
+
+
+@pytest.mark.parametrize("spoof", SPOOFS)
+def test_a_module_or_class_that_claims_a_test_s_or_a_library_s_identity_is_not_trusted(tmp_path, spoof):
+    """Which module is a test and which class a test or a library wrote is what the import system loaded from which
+    file (grading's record), never what a module or class says of itself: a rigged class of the code under test
+    fails its test, however it poses."""
+    for folder in ("pkg", "tests"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "code.py").write_text(SPOOFS[spoof] + "\n\ndef answer():\n    return Rigged()\n")
+    (tmp_path / "tests" / "test_code.py").write_text(
+        "from pkg.code import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
+    test = ["tests/test_code.py::test_answer"]
+    ordinary = sandbox.run_pytest(tmp_path, test)
+    graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"])
+    assert ordinary.outcomes == {test[0]: True}, ordinary.output  # the rigged class is real
+    assert graded.outcomes == {test[0]: False}, graded.output

@@ -15,15 +15,19 @@ Subclasses that only add fields or reuse the library's own methods (namedtuples,
 own (flask's Config), keep their type. A value of a class that neither the base commit (COMPOSER_SANDBOX_KNOWN_CLASSES:
 "module:qualname" of each class in its source files) nor a test module defines, and that has comparison or
 conversion methods of its own, and unittest.mock's ANY or a mock told to equal what it meets, become a value that
-equals nothing; a mock left as it is stays (tests hand mocks to the code and get them back). A class posing as a
-test module's (its `__module__` set to that name) passes as one: the syntax scan names such a class
-(composer.env.defences.tampering), and the canaries see what it forges. The library's classes are those that existed
-when this module was imported, before any code of the repository ran, and those a library imported later holds under
-their names, none of their methods written in the repository (pandas' Index). What this cannot see (a changed
-comparison method of a class the base has, code that rebinds the tests' names, modules first imported inside a
-test) the canaries catch (composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the
-wrapping changes no outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one of flask's 482 (a
-class made inside a function, posing as werkzeug's) and one of xarray's 218 (it counts stack frames).
+equals nothing; a mock left as it is stays (tests hand mocks to the code and get them back). Which module is a test
+and which class the base, a test or a library wrote is told from the import system's own record (_Recorder: the
+module object each loader executed, the file it was found at, the classes its run defined) and from the functions'
+globals, never from a module's __file__ or __name__ or a class's __module__, which the code under test can assign:
+a class posing as a test's or a library's is the repository's. The library's classes are those that existed when
+this module was imported, before any code of the repository ran, and those a library module loaded later from
+outside the repository defined, none of their methods written in the repository (pandas' Index). What this cannot
+see (a changed comparison method of a class the base has, code that rebinds the tests' names, modules first imported
+inside a test, a function it builds with a test's or a library's globals) the canaries catch
+(composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the wrapping changes no
+outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one of flask's 482 (a class made inside a
+function, posing as werkzeug's) and one of xarray's 218 (it counts stack frames); with the import record, none of
+marshmallow 2.20's 779 in its SWE-bench image.
 """
 
 import json
@@ -36,6 +40,7 @@ _ROOT = os.getcwd() + os.sep
 # Read through the type's own descriptors, never through attributes an instance or a metaclass could override.
 _type_dict = type.__dict__["__dict__"].__get__
 _type_mro = type.__dict__["__mro__"].__get__
+_type_bases = type.__dict__["__bases__"].__get__
 _type_flags = type.__dict__["__flags__"].__get__
 _type_qualname = type.__dict__["__qualname__"].__get__
 _type_module = type.__dict__["__module__"].__get__
@@ -88,6 +93,78 @@ def _inside(path) -> bool:
 _CHANGED = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_CHANGED", "[]")))
 
 
+class _Recorder:
+    """The import system's own account of each module: first on sys.meta_path from when this module is imported
+    (before any code of the repository runs), it asks the finders after it for every import's spec and wraps its
+    loader, so that the module object a loader executes is recorded with the file it was found at, and, once it ran,
+    the classes it defined there. Which module is a test, and which class the base or a test wrote, is told from this
+    record, keyed by the objects themselves: a module's __file__ and __name__ and a class's __module__ are values the
+    code under test can assign (issue 53, finding 4), and a module made by hand or loaded past the import system is
+    never a test."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if finder is not cls and find is not None else None
+            if spec is not None:
+                if spec.origin and spec.has_location and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RecordingLoader(spec.loader, os.path.abspath(spec.origin))
+                return spec
+        return None
+
+
+class _RecordingLoader:
+    """A loader as it was found, that records the module it executes (see _Recorder); all else is the loader's."""
+
+    def __init__(self, loader, origin):
+        self._loader, self._origin = loader, origin
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        _LOADED[id(module)] = (module, self._origin)
+        if _test_module(module):
+            _TEST_NAMESPACES.add(id(_object_dict(module, "__dict__")))
+        if not _inside(self._origin):
+            _LIBRARY_NAMESPACES[id(_object_dict(module, "__dict__"))] = _object_dict(module, "__dict__")
+        self._loader.exec_module(module)
+        _record_classes(module, self._origin)
+
+
+_LOADED: dict = {}  # id(module) -> (module, the file the import system loaded it from)
+_TEST_NAMESPACES: set = set()  # id() of the test modules' namespaces (kept alive by _LOADED)
+_DEFINED: dict = {}  # id(class) -> (class, that file, "module:qualname" as it was when its module had run)
+
+
+def _record_classes(module, origin) -> None:
+    """The classes a module's own run left in it under its name (a class another module made, imported here, says
+    another __module__), nested ones too; code that runs later cannot add one."""
+    name = _object_dict(module, "__dict__").get("__name__")
+    stack = [value for value in list(_object_dict(module, "__dict__").values()) if issubclass(type(value), type)]
+    while stack:
+        cls = stack.pop()
+        if _type_module(cls) == name and id(cls) not in _DEFINED:
+            _DEFINED[id(cls)] = (cls, origin, f"{name}:{_type_qualname(cls)}")
+            stack += [value for value in _type_dict(cls).values() if issubclass(type(value), type)]
+
+
+def _origin(module):
+    """The file the import system loaded `module` from, whatever it says of itself now; None when it did not."""
+    found = _LOADED.get(id(module))
+    return found[1] if found is not None and found[0] is module else None
+
+
+def _test_module(module) -> bool:
+    """A module the import system loaded from a test file of the base's or the test patch's (see _test_side)."""
+    path = _origin(module)
+    return path is not None and _inside(path) and _test_side(path)
+
+
 def _test_side(path: str) -> bool:
     """Tests and conftest.py, named as tests are (a test_*.py or *_test.py file, or any file under a tests/, test/ or
     testing/ folder), that the agent did not change: the base's and the test patch's, so they are trusted."""
@@ -110,45 +187,62 @@ def _classes() -> dict:
 
 
 _LIBRARY = _classes()
+# id -> namespace of every module there before any code of the repository ran, and of those loaded from outside it
+_LIBRARY_NAMESPACES = {id(m.__dict__): m.__dict__ for m in list(sys.modules.values()) if isinstance(m, _ModuleType)}
+sys.meta_path.insert(0, _Recorder)
 _KNOWN = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_KNOWN_CLASSES", "[]")))  # "module:qualname"
 
 
 def _known(cls) -> bool:
-    """A class of the base commit's source, or one a test module defined (the tests come from the base and the test
-    patch: real test suites define classes of their own, a Schema subclass inside a test function)."""
-    module = _type_module(cls)
-    if f"{module}:{_type_qualname(cls)}" in _KNOWN:
+    """A class of the base commit's source: one a repository module defined under a name of the base's classes, as
+    the import system recorded it; or one a test wrote (the tests come from the base and the test patch: real test
+    suites define classes of their own, a Schema subclass inside a test function): every callable of its own that
+    could rig a comparison is a function made in a test module (its globals that module's namespace: a function's
+    __globals__ cannot be reassigned), and each of its bases is the library's or known. Never from the class's
+    __module__ or __qualname__, which any class can set to a test's or the base's names."""
+    made = _DEFINED.get(id(cls))
+    if made is not None and made[0] is cls and _inside(made[1]) and made[2] in _KNOWN:
         return True
-    module = sys.modules.get(module)
-    path = module.__dict__.get("__file__") if isinstance(module, _ModuleType) else None
-    return _inside(path) and _test_side(path)
+    own = [_function_of(value) for name, value in _type_dict(cls).items()
+           if _rigs(name) and (callable(value) or type(value) in (staticmethod, classmethod, property))]
+    if any(f is None or id(f.__globals__) not in _TEST_NAMESPACES for f in own):  # data (ABC's) is no rigging
+        return False
+    bases = [b for b in _type_bases(cls) if not _library_class(b)]  # a test's Schema subclass: the base's Schema
+    return bool(own or bases) and all(_known(b) for b in bases)
+
+
+def _rigs(name: str) -> bool:
+    """A class attribute that can change how an instance compares, hashes, iterates or converts."""
+    return name.startswith("__") and name not in _SAFE or name in _MAPPING_NAMES
+
+
+def _function_of(value):
+    """The function a class attribute is or holds (staticmethod, classmethod, property; plain values' wrapper
+    unwrapped), else None."""
+    func = value.fget if type(value) is property else value.__func__ if type(value) in (staticmethod, classmethod) \
+        else value
+    func = _wrapped.get(func, func) if type(func) is _FunctionType else func
+    return func if type(func) is _FunctionType else None
 
 
 def _library_class(cls) -> bool:
-    """A class that no code of the repository made: builtin, there before the repository's code ran, or held under
-    its name by a module whose file is outside the repository, none of its methods written in the repository (a
-    library the code under test imported later: urllib3's HTTPResponse, pandas' Index). A class that only says it
-    comes from elsewhere, by its __module__, even planted in that module, is the repository's."""
+    """A class that no code of the repository made: builtin, there before the repository's code ran, or defined by a
+    module the import system loaded from a file outside the repository (_Recorder), none of its methods written in
+    the repository (a library the code under test imported later: urllib3's HTTPResponse, pandas' Index). A class
+    that only says it comes from elsewhere, by its __module__, even planted in that module or in a module made by
+    hand whose __file__ says it is outside, is the repository's."""
     if not _type_flags(cls) & _HEAPTYPE or id(cls) in _LIBRARY:
         return True
     if any(_own_code(value) for value in _type_dict(cls).values()):
         return False
-    module = sys.modules.get(_type_module(cls))
-    path = module.__dict__.get("__file__") if isinstance(module, _ModuleType) else None
-    if type(path) is not str or _inside(path):
-        return False
-    namespace, found = module.__dict__, None
-    for part in _type_qualname(cls).split("."):
-        found = namespace.get(part)
-        if not isinstance(found, type):
-            return False
-        namespace = _type_dict(found)
-    return found is cls
+    made = _DEFINED.get(id(cls))
+    return made is not None and made[0] is cls and not _inside(made[1])
 
 
 def _library_member(cls, base, name, value) -> bool:
-    """A class attribute that behaves as the library made it: the base's own slot, or a function of a file outside
-    the repository that was written as this very method (namedtuple's __repr__)."""
+    """A class attribute that behaves as the library made it: the base's own slot, or a function a library module
+    made (its globals that module's namespace: never a module made by hand, nor a code object's filename, which
+    compile() sets to anything) that was written as this very method (namedtuple's __repr__)."""
     if value is _type_dict(base).get(name) or value is _type_dict(object).get(name):
         return True
     if name in _TEXT_SLOTS and any(value is _type_dict(t).get(s) for t in (base, object) for s in _TEXT_SLOTS):
@@ -156,8 +250,7 @@ def _library_member(cls, base, name, value) -> bool:
     func = value.__func__ if type(value) in (staticmethod, classmethod) else value
     if type(func) is not _FunctionType:
         return False
-    code = func.__code__
-    return (not _inside(code.co_filename) and not code.co_filename.startswith("<") and code.co_name == name
+    return (id(func.__globals__) in _LIBRARY_NAMESPACES and func.__code__.co_name == name
             and func.__qualname__ == f"{_type_qualname(cls)}.{name}")
 
 
@@ -167,8 +260,7 @@ def _rigged(cls, base) -> bool:
         _rigged_types[cls] = any(
             not _library_member(c, base, name, value)
             for c in _type_mro(cls) if c is not base and c is not object and not _library_class(c)
-            for name, value in _type_dict(c).items()
-            if (name.startswith("__") and name not in _SAFE) or name in _MAPPING_NAMES)
+            for name, value in _type_dict(c).items() if _rigs(name))
     return _rigged_types[cls]
 
 
@@ -294,12 +386,9 @@ def _guard_member(value):
 
 def _own_code(value) -> bool:
     """A function (or staticmethod, classmethod, property over one) written in the code under test."""
-    func = value.fget if type(value) is property else value.__func__ if type(value) in (staticmethod, classmethod) \
-        else value
-    func = _wrapped.get(func, func) if type(func) is _FunctionType else func
+    func = _function_of(value)
     # not "<string>": code a library made at run time (a dataclass's __eq__), which abspath would put in the cwd
-    return type(func) is _FunctionType and _inside(func.__code__.co_filename) \
-        and not func.__code__.co_filename.startswith("<")
+    return func is not None and _inside(func.__code__.co_filename) and not func.__code__.co_filename.startswith("<")
 
 
 def _guard_class(cls) -> None:
@@ -320,18 +409,21 @@ def guard_modules() -> None:
     for name in sys.modules.keys() - _seen_modules:
         _seen_modules.add(name)
         module = sys.modules[name]
-        if isinstance(module, _ModuleType) and _inside(module.__dict__.get("__file__")):
+        # the repository's: loaded from a file inside it, or one that says so of itself (wrapped, never a test)
+        path = _origin(module) if isinstance(module, _ModuleType) else None
+        if _inside(path) or path is None and isinstance(module, _ModuleType) \
+                and _inside(module.__dict__.get("__file__")):
             modules.append(module)
     swapped = {}
     for module in modules:
-        if not _test_side(module.__dict__["__file__"]):
+        if not _test_module(module):
             for key, value in list(module.__dict__.items()):
                 if type(value) is _FunctionType and _inside(value.__code__.co_filename):
                     swapped[id(value)] = module.__dict__[key] = _guard(value)
                 elif issubclass(type(value), type) and not _library_class(value):
                     _guard_class(value)
     for module in modules:
-        if swapped and _test_side(module.__dict__["__file__"]):
+        if swapped and _test_module(module):
             for key, value in list(module.__dict__.items()):
                 if id(value) in swapped and type(value) is _FunctionType:
                     module.__dict__[key] = swapped[id(value)]
