@@ -118,8 +118,9 @@ def test_a_killed_run_leaves_no_process_behind(tmp_path, sig):
 
 
 REAPED = """
-import os, subprocess, sys, time
+import os, signal, subprocess, sys, time
 from composer import tether
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal (a background job ignores it)
 def spawn():
     # like verifiers' harness program: a session of its own, and an orphan reparented to init once bash exits
     own = subprocess.Popen(["sleep", "600"], start_new_session=True)

@@ -74,6 +74,7 @@ memory cgroup is ~15 ms of a run (the kernel charges each copy-on-write page of 
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -207,8 +208,9 @@ def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 
     config, worker_config = EnvConfig(), EnvConfig(warm_tests=True)
     _run(records[:1], 1, 1, config)  # warm-up: imports, the sandbox's isolation probe, page cache
     contained = sandbox.isolation()["mode"] == "root-ns"
+    # the pid-ns baseline prices containment; its rewards train nothing, so it opts in to grading uncontained
     configs = [(config, None)] + ([(worker_config, None)] if compare_worker else []) + \
-        ([(config, "pid-ns")] if contained else [])
+        ([(dataclasses.replace(config, grade_uncontained=True), "pid-ns")] if contained else [])
     runs = _interleaved(records, episodes, workers, configs)
     concurrent = runs[0]
     cold = runs[1] if compare_worker else None
