@@ -29,6 +29,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from composer import tether
+
 SETTINGS = dict(
     partition="",  # sbatch --partition ("": the cluster's default)
     account="",  # sbatch --account ("": none)
@@ -80,7 +82,9 @@ def _executor(folder: Path, s: dict, name: str, after: str | None):
         **({"slurm_partition": s["partition"]} if s["partition"] else {}),
         **({"slurm_account": s["account"]} if s["account"] else {}),
         **({"slurm_dependency": f"afterok:{after}"} if after else {}),
-        slurm_additional_parameters=extra)
+        # a job outlives an interrupted run on purpose (module doc): it must not carry the run's mark, which
+        # tether.reaping stops every process by when the run ends (sbatch exports the submitter's environment)
+        slurm_setup=[f"unset {tether.MARK}"], slurm_additional_parameters=extra)
     return executor
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from composer import ab_inputs, arms, slurm
+from composer import ab_inputs, arms, slurm, tether
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the jobs below call this file's functions on the node
@@ -64,7 +64,10 @@ def test_a_typed_gpu_request_reaches_sbatch(tmp_path, gpus, line):
     """The live profile asks for the GPU kind the plan priced in SLURM's typed form; submitit's generic parameter
     takes only a count."""
     executor = slurm._executor(tmp_path, slurm.settings({"gpus_per_node": gpus}), "job", None)
-    assert line in executor._executor._make_submission_file_text("python -c pass", "1").splitlines()
+    script = executor._executor._make_submission_file_text("python -c pass", "1").splitlines()
+    assert line in script
+    # a job keeps running past an interrupted run: the run's mark (tether.reaping) does not reach it
+    assert f"unset {tether.MARK}" in script
 
 
 def test_the_live_profiles_settings_are_valid_and_give_a_training_its_planned_hours():
