@@ -45,7 +45,7 @@ def test_skyrls_gpu_hours_buy_a_number_of_steps_its_scripts_allow():
             assert 1 <= r["implied_epochs"] <= 100, r
 
 
-@pytest.mark.xfail(strict=True, reason="issue 52's calibration is not met: at DeepSWE's own layout and its 512 "
+@pytest.mark.xfail(strict=True, reason="the calibration is not met: at DeepSWE's own layout and its 512 "
                    "sandboxes at once the plan gives ~0.33x its 9,216 GPU-hours (~840 s a step against the 2,592 s its "
                    "6 days make), and no run publishes its time by phase to say which component is short")
 def test_deepswe_within_one_and_a_half_times_at_its_own_layout():

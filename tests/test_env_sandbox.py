@@ -161,7 +161,7 @@ def runs_here(mode: str, tmp_path) -> bool:
 
 @pytest.mark.parametrize("mode", sandbox.OWN_ROOT_MODES)
 def test_grading_s_files_are_not_in_a_grading_run_s_filesystem(mode, tmp_path):
-    """Issue 53, finding 1: where grading's files live (the composer cache: the probes' expected values and the task
+    """Where grading's files live (the composer cache: the probes' expected values and the task
     records; the checkout: the task generator and its gold library; the caller's temporary folders) is not there for
     a grading run of a mode with a filesystem of its own; in "user-ns" it was, with the caller's every right."""
     if not runs_here(mode, tmp_path):

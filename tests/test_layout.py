@@ -145,7 +145,7 @@ def test_the_checks_see_function_level_imports_circles_and_upward_imports():
 
 def test_every_module_is_named_in_docs_layout():
     """docs/layout.md is where a reader finds where an idea lives: a module it does not name is one they cannot
-    find (issue 55)."""
+    find."""
     page = (ROOT / "docs" / "layout.md").read_text()
     modules = [p for p in PACKAGE.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     missing = sorted(str(p.relative_to(PACKAGE)) for p in modules if p.name not in page)

@@ -436,7 +436,7 @@ def test_a_rigged_class_in_a_file_named_like_tests_that_the_diff_wrote_is_not_tr
     assert graded.outcomes == {test[0]: False}, graded.output
 
 
-# Issue 53, finding 4: library code that claims a test's or a library's identity through values it can assign.
+# Library code that claims a test's or a library's identity through values it can assign.
 SPOOFS = {
     "__file__ rebound to a test file's": 'import os\n__file__ = os.path.join(os.getcwd(), "tests", "test_code.py")\n'
                                          + RIG,

@@ -203,7 +203,7 @@ def test_the_live_004_runs_the_cheapest_layout_that_fits():
     """The live YAML's layout (power.live_setup: its GPUs, vLLM settings and launcher) is the one the plan prices
     cheapest for its treatment, its memory fits, its launcher starts one process a training GPU with the offload the
     plan counted, a step's rollouts split evenly over them, and each micro-batch carries the plan's DPO pair. Its
-    training GPU-hours per arm and seed are within 1.4x of SkyRL-v0's 216 (Qwen3-8B, 8 H200 x 27 h: issue 52)."""
+    training GPU-hours per arm and seed are within 1.4x of SkyRL-v0's 216 (Qwen3-8B, 8 H200 x 27 h)."""
     values = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
     assert values["trainer_config"]["per_device_train_batch_size"] == 1
     setup, t = power.live_setup(values), power.treatment(values)

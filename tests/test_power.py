@@ -293,7 +293,7 @@ def _logistic_truth(shift, rng):
 @pytest.mark.parametrize("model", ["plan", "logistic"])
 @pytest.mark.parametrize("seeds, tasks, samples", [(3, 103, 4), (6, 40, 1)])
 def test_the_pre_run_mde_is_the_one_004_reports_and_holds_its_power(model, seeds, tasks, samples):
-    """Issue 52: under two generative models (the plan's own at a base rate of 0.2, and a logistic one whose
+    """Under two generative models (the plan's own at a base rate of 0.2, and a logistic one whose
     components the plan is given, as a pilot would measure them), the plan's pre-run mde is within 1.2x of the mean
     mde 004's analysis reports after the run (ab.difference), 600 experiments at the pre-run mde detect it at least
     78 % of the time, and 600 with no effect read "above 0" at most 3 %."""

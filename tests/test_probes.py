@@ -106,7 +106,7 @@ def _runs_here(tmp_path, mode) -> bool:
 
 @pytest.mark.parametrize("mode", ["root-ns", "user-ns", "plain"])
 def test_grading_s_files_on_disk_are_out_of_the_test_process_s_reach_or_grading_refuses(mode, tmp_path, monkeypatch):
-    """Issue 53, finding 1: test code with the caller's file access read the probes' answers from the cache and
+    """Test code with the caller's file access read the probes' answers from the cache and
     passed 4 of 4. Where a grading run has a filesystem of its own (root-ns, user-ns) the same code finds nothing and
     the bug fails every probe; where it cannot ("plain"), grading refuses unless a smoke run opts in, and then the
     attack works (so it is one) and the report says the grading was uncontained."""

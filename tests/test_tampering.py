@@ -111,7 +111,7 @@ def test_each_kind_is_found_where_the_change_adds_it(code, what):
     # an object's own attributes of those names (jupyter_client's self._exit, protobuf's self._TOKEN)
     ("def f(self):\n    self._exit = 1\n    return self._TOKEN.match(self._exit)\n", None),
     ("import sys\nsys.modules['os']._exit(0)\n", True),
-    # the guarded machinery reached by another name (issue 53's routes, and their kin)
+    # the guarded machinery reached by another name (aliases, __dict__, setattr, code objects, literals, descriptors)
     ("class K:\n    _exit = staticmethod(getattr(os, '_exit'))\n    def f(self):\n        self._exit(0)\n", True),
     ("os.__dict__['_exit'](0)\n", True), ("vars(os)['abort']()\n", True), ("os.__dict__.get('abort')()\n", True),
     ("getattr(os, 'abort')()\n", True), ("__import__('os').abort()\n", True),

@@ -99,7 +99,7 @@ class _Recorder:
     loader, so that the module object a loader executes is recorded with the file it was found at, and, once it ran,
     the classes it defined there. Which module is a test, and which class the base or a test wrote, is told from this
     record, keyed by the objects themselves: a module's __file__ and __name__ and a class's __module__ are values the
-    code under test can assign (issue 53, finding 4), and a module made by hand or loaded past the import system is
+    code under test can assign, and a module made by hand or loaded past the import system is
     never a test."""
 
     @classmethod

@@ -277,7 +277,7 @@ def grading_refusal(opt_in: bool = False) -> str | None:
     """Why a reward must not be graded here, or None. Grading's own files are on disk before its run (the held-out
     probes' expected values and the task records, gold patches among them, in the composer cache; the checkout), and
     only a filesystem of the run's own (`OWN_ROOT_MODES`) keeps them from the code under test: elsewhere it reads
-    them and answers the probes (issue 53: 4 of 4, reward 1.0). Fails closed: graded anyway only on an explicit
+    them and answers the probes (an attack did: 4 of 4, reward 1.0). Fails closed: graded anyway only on an explicit
     opt-in for smoke runs (`opt_in`: EnvConfig.grade_uncontained; or COMPOSER_GRADE_UNCONTAINED=1), which
     `grading_note` names in reports."""
     mode = _mode()
