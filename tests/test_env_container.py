@@ -193,7 +193,7 @@ def test_empty_edited_test_and_forged_conftest_score_0(record):
 
 
 def test_pytest_patched_from_the_module_under_test_is_flagged_by_the_scan_and_caught_by_the_canaries(record):
-    """The issue's in-process forgery on a real repository: the harness's run is fooled by it, ours is not. Its
+    """An in-process forgery on a real repository: the harness's run is fooled by it, ours is not. Its
     module name spelled from literals is decisive for the scan; with the scan off, the canaries catch it."""
     forgery = ("\nimport importlib as _il\n_r = _il.import_module('_' + 'py' + 'test.reports')\n"
                "_real = _r.TestReport.from_item_and_call.__func__\n"
