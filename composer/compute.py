@@ -187,7 +187,7 @@ class Setup:
     @property
     def engines(self) -> int:
         """vLLM engines generating a step's rollouts ("none": one per GPU, a lower bound)."""
-        return {"server": self.server_gpus, "colocate": self.gpus, "none": self.gpus * self.tp}[self.vllm] // self.tp
+        return {"server": self.server_gpus // self.tp, "colocate": self.gpus // self.tp, "none": self.gpus}[self.vllm]
 
     @property
     def fraction(self) -> float:

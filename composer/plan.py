@@ -68,8 +68,8 @@ def table(slug: str, values: dict) -> list[str]:
                      f"{cost['train_s']:,.0f}) | {cost['hours']:.2f} | {cost['gpu_hours']:.1f} |")
     if slug == LIVE_004:
         setup = power.live_setup(values)
-        t = power.treatment(values)
-        cheapest = power.layout(t)
+        t, prices = power.treatment(values), power.Assumptions()
+        cheapest = power.layout(t, prices)
         at = dict(steps=w["steps"], rollouts_per_step=w["rollouts_per_step"],
                   tokens_per_rollout=w["tokens_per_rollout"], turns=w["turns"])
         concurrent, serial = gpu_hours(model, setup, **at), gpu_hours(model, setup, **at, concurrent_tools=False)
@@ -78,8 +78,7 @@ def table(slug: str, values: dict) -> list[str]:
                   + ("the cheapest" if setup == cheapest else f"NOT the cheapest ({power.describe_layout(cheapest)})")
                   + f" of the {len(power.layouts(t))} layouts that fit this treatment among the "
                   f"{len(power.candidate_layouts(t.mode))} composer/power.py prices "
-                  f"(${power.Assumptions().usd_per_h100_hour}/H100-hour, ${power.Assumptions().usd_per_h200_hour}"
-                  "/H200-hour).",
+                  f"(${prices.usd_per_h100_hour}/H100-hour, ${prices.usd_per_h200_hour}/H200-hour).",
                   f"# There a step's {concurrent['episodes_per_engine']} episodes an engine share its KV cache "
                   f"({cache:,.0f} tokens): {concurrent['batch_last']} contexts at once by the last turn, each turn "
                   f"re-prefilled once they outgrow it ({concurrent['prefill_s']:,.0f} s prefill, "

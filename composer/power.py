@@ -193,9 +193,12 @@ def layouts(t: Treatment) -> list[compute.Setup]:
 def layout(t: Treatment, assumptions: Assumptions = Assumptions(), concurrent_tools: bool = True
            ) -> compute.Setup | None:
     """The cheapest layout, in dollars, of the treatment's A and B trainings (None when none fits)."""
+    def usd(setup):
+        run = runs(t, setup, concurrent_tools)
+        return (run["A"] + run["B"]) * assumptions.usd_per_hour(setup.gpu)
+
     fitting = layouts(t)
-    return min(fitting, key=lambda s: (runs(t, s, concurrent_tools)["A"] + runs(t, s, concurrent_tools)["B"])
-               * assumptions.usd_per_hour(s.gpu)) if fitting else None
+    return min(fitting, key=usd) if fitting else None
 
 
 def runs(t: Treatment, setup: compute.Setup, concurrent_tools: bool = True) -> dict:
