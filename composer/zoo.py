@@ -71,6 +71,7 @@ import torch
 import transformers
 
 from composer import policies, progress, stats
+from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.environment import CodingEnv, EnvConfig
 from composer.files import config_hash, publish
@@ -169,10 +170,27 @@ def _jsonl_cached(kind: str, key: str, build) -> list[dict]:
 
 
 def split_tasks(profile: Profile, split: str) -> list[dict]:
+    """The profile's tasks of a split: each with held-out probes (probes.rewarded, since their rewards train and
+    evaluate); `dropped` says how many candidates that rule left out."""
+    return [json.loads(line) for line in (_task_folder(profile, split) / "rows.jsonl").read_text().splitlines()]
+
+
+def dropped(profile: Profile, split: str) -> list[str]:
+    """The instance ids of the split's validated candidates left out for having no held-out probe."""
+    return json.loads((_task_folder(profile, split) / "dropped.json").read_text())
+
+
+def _task_folder(profile: Profile, split: str) -> Path:
     n = profile.n_train if split == "train" else profile.n_test
-    key = config_hash(split=split, n=n, seed=profile.seed, difficulty=profile.difficulty, generator=tasks.GENERATOR_VERSION)
-    return _jsonl_cached("tasks", f"{split}-{key}",
-                         lambda: tasks.generate(n, seed=profile.seed, split=split, difficulty=profile.difficulty))
+    key = config_hash(split=split, n=n, seed=profile.seed, difficulty=profile.difficulty,
+                      generator=tasks.GENERATOR_VERSION, probes=probes.VERSION)
+
+    def build(tmp: Path):
+        records, left_out = probes.rewarded(n, seed=profile.seed, split=split, difficulty=profile.difficulty)
+        (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (tmp / "dropped.json").write_text(json.dumps(left_out))
+
+    return publish(cache_root() / "zoo" / "tasks" / f"{split}-{key}", build)
 
 
 def demonstrations(profile: Profile, style: str, *, workers: int = 2) -> list[dict]:
@@ -462,6 +480,9 @@ def main(argv=None) -> int:
         print(f"demonstrations ({style}): {time.perf_counter() - t:.1f}s", file=sys.stderr)
     rows = report(profile)
     print(f"difficulty: {profile.difficulty}")
+    print("tasks (each with held-out probes): " + "; ".join(
+        f"{split} {len(split_tasks(profile, split))} ({len(dropped(profile, split))} validated candidates dropped "
+        "for having none)" for split in ("train", "test")))
     print(table(rows))
     print(f"total wall time (with what the cache already held): {time.perf_counter() - start:.1f}s")
     return 0

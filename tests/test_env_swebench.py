@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from composer.env import tools
+from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.real import swebench
 
@@ -147,10 +148,10 @@ def test_one_record_in_a_json_file_loads_as_a_list(records, tmp_path):
 # drawn with the run's seed (COMPOSER_TEST_SEED, tests/conftest.py), the slow tier all 380. The container tests check
 # the real Lite instance's gold patch the same way.
 GOLD_SAMPLE = {"train": 6, "test": 4}  # tasks per split the fast tier grades
-# The report zoo's tasks are the first 300 (train) and 80 (test) distinct candidates of tasks.generate() that validate:
-# the last of them at position ZOO_POSITIONS - 1, as the slow test checks, so a draw of positions below is a draw of
-# its tasks.
-ZOO_POSITIONS = {"train": 1004, "test": 271}
+# The report zoo's tasks are the first 300 (train) and 80 (test) distinct candidates of tasks.generate() that validate
+# and have held-out probes (probes.rewarded): the last of them at position ZOO_POSITIONS - 1, as the slow test checks,
+# so a draw of positions below, each taken as the zoo takes it, is a draw of its tasks.
+ZOO_POSITIONS = {"train": 4621, "test": 576}
 
 
 def _graded_gold(records):
@@ -170,8 +171,8 @@ def test_no_honest_fix_scores_0_the_gold_patch_of_a_seeded_sample_of_report_zoo_
         while len(drawn) < k:  # most candidates validate (a kept task's repeats too), a few do not
             batch, order = order[:(k - len(drawn)) * 3 // 2], order[(k - len(drawn)) * 3 // 2:]
             assert batch, f"fewer than {k} of the {split} split's candidates validated"
-            drawn += [r for r in tasks.candidates(batch, seed=profile.seed, split=split,
-                                                  difficulty=profile.difficulty, workers=2) if r]
+            drawn += [r for r in tasks.candidates(batch, seed=profile.seed, split=split, difficulty=profile.difficulty,
+                                                  workers=2, accept=probes.held_out) if r]
         records += drawn[:k]
     report, wrong = _graded_gold(records)
     assert wrong == {}, f"seed {test_seed} (COMPOSER_TEST_SEED={test_seed} draws these again)"

@@ -36,6 +36,7 @@ import uvicorn
 from openenv.core.env_server import create_app
 from starlette.websockets import WebSocketDisconnect
 
+from composer.env.defences import probes
 from composer.env.embedded import tasks as tasklib
 from composer.env.environment import CodingAction, CodingEnv, CodingObservation, EnvConfig
 
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer.env.server",
                                      description="Serve the coding environment (OpenEnv HTTP + WebSocket).")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--tasks", type=int, default=20, metavar="N", help="generate N embedded tasks (default 20)")
+    source.add_argument("--tasks", type=int, default=20, metavar="N", help="generate N embedded tasks, each with "
+                        "held-out probes (default 20)")
     source.add_argument("--tasks-file", type=Path, metavar="FILE", help="SWE-bench records, JSONL (tasks.save_jsonl)")
     parser.add_argument("--seed", type=int, default=0, help="task generation seed")
     parser.add_argument("--split", choices=tasklib.SPLITS, default="train")
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         records = tasklib.load_jsonl(args.tasks_file) if args.tasks_file else \
-            tasklib.generate(args.tasks, seed=args.seed, split=args.split)
+            probes.rewarded(args.tasks, seed=args.seed, split=args.split)[0]  # rewards count: tasks with probes
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ the test process.
     from composer.env.defences import probes
 
     held = probes.held_out(instance)   # [Probe("tests/test_ops.py", (), "mean([1, 2, 4])", 2.3333333333333335), ...]
+    records, dropped = probes.rewarded(50, seed=0, split="train")   # tasks that all have probes; the ids dropped
     probes.source(held[0], "test_qkzvhuemtr")   # the probe test grading plants (composer.env.defences.canaries)
     probes.matches(held[0], "2.3333333333333335")   # True: the value the run recorded equals the gold one
 
@@ -15,7 +16,9 @@ case moved as composer.env.defences.canaries moves a compared value) and only re
 probe only by computing the function correctly on an input it has not seen. Probes are chosen where the base
 commit's buggy code gives another value (or raises), so each one fails while the bug is in place; up to
 PER_TASK of them, from every FAIL_TO_PASS case that calls the function with literal arguments. A task whose bug
-shows on no moved input gets none.
+shows on no moved input gets none, and is not used where a reward counts: `rewarded` makes the task sets whose
+rewards train and evaluate (the zoo's splits, 002b's tasks, the pilot's embedded pool) of tasks with probes only,
+and says how many candidates it dropped (about 1 in 5 before this rule: 75 of the report zoo's 380 tasks had none).
 
 Embedded tasks: the expected values come from the task generator's gold library (a real SWE-bench instance's come
 from its gold patch run in its image: composer.env.defences.real_probes). The probes of a task are fixed (drawn from a
@@ -110,6 +113,15 @@ def _make(instance_json: str) -> list[Probe]:
             found.append(Probe(tid.split("::")[0], tuple(setup), expr, value))
     rng.shuffle(found)
     return found[:PER_TASK]
+
+
+def rewarded(n: int, **generate) -> tuple[list[dict], list[str]]:
+    """n embedded tasks whose reward may train or evaluate: tasks.generate's, each with held-out probes (a task
+    without any would leave its reward to the layers an in-process forger can rewrite: the outcome channel lives in
+    the test process), and the instance ids of the validated candidates dropped for having none, for the task set
+    to say how many. `generate`: tasks.generate's keywords (seed, split, difficulty, workers)."""
+    dropped: list[str] = []
+    return tasks.generate(n, accept=held_out, refused=dropped, **generate), dropped
 
 
 def held_out(instance: dict) -> list[Probe]:

@@ -334,8 +334,20 @@ print(json.dumps(out))
 """
 
 
-def _validate(spec: _Spec) -> dict | None:
-    """The task's record if it validates in the sandbox, else None."""
+def _bug(spec: _Spec) -> tuple[str, str]:
+    """The candidate's bug as generate() tells repeats apart: its base tree and its gold patch (no run needed)."""
+    task = _build(spec)
+    path, gold = task.gold_file
+    return _tree_hash(task.base), _git_diff({path: task.base[path]}, {path: gold})
+
+
+def _validate(spec: _Spec, accept=None) -> tuple[dict | None, bool]:
+    """The task's record if it validates in the sandbox, else None; and whether `accept` (if any) takes it."""
+    record = _validated(spec)
+    return record, record is not None and (accept is None or bool(accept(record)))
+
+
+def _validated(spec: _Spec) -> dict | None:
     task = _build(spec)
     provisional = _record(task, [], [], "")
     with tempfile.TemporaryDirectory(prefix="composer-task-") as tmp:
@@ -400,11 +412,15 @@ def _task_seed(seed: int, split: str, i: int) -> int:
 
 
 def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficulty | None = None,
-             workers: int | None = None) -> list[dict]:
+             workers: int | None = None, accept=None, refused: list | None = None) -> list[dict]:
     """n validated tasks; the same arguments give byte-identical records.
 
     Candidates are validated `workers` at a time (default: the usable CPUs) but accepted
-    strictly in seed order, so parallelism never changes the output."""
+    strictly in seed order, so parallelism never changes the output. `accept(record) -> bool`, when given, is a
+    further test a validated record must pass, run in the workers (a layer above supplies it: tasks whose reward
+    counts need held-out probes, composer.env.defences.probes.rewarded); `refused`, when given, gets the instance id
+    of each distinct bug it refused and never took (the same bug may come again with other tests, and be taken
+    then), in the order they were met."""
     difficulty = difficulty or Difficulty()
     _check(difficulty, split)
     # Built here, before the threads: CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion
@@ -418,28 +434,37 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
                          "n_modules or distractors")
     workers = workers or len(os.sched_getaffinity(0))
     specs = (_Spec(_task_seed(seed, split, j), split, difficulty) for j in itertools.count())
-    records, seen, pending, tried = [], set(), deque(), 0
+    records, seen, pending, tried, left_out = [], set(), deque(), 0, {}
     with ThreadPoolExecutor(workers) as pool:
         while len(records) < n:
             while len(pending) < 2 * workers:
-                pending.append(pool.submit(_validate, next(specs)))
+                if tried > 20 * n + 50:
+                    raise RuntimeError(f"only {len(records)}/{n} tasks validated after {tried} candidates "
+                                       f"({difficulty})")
+                spec = next(specs)
                 tried += 1
-            rec = pending.popleft().result()
+                if _bug(spec) not in seen:  # a bug already taken would be skipped as a repeat: not validated
+                    pending.append(pool.submit(_validate, spec, accept))
+            rec, accepted = pending.popleft().result()
             key = rec and (rec["base_commit"], rec["patch"])
             if rec and key not in seen:
-                seen.add(key)
-                records.append(rec)
-            if tried > 20 * n + 50:
-                raise RuntimeError(f"only {len(records)}/{n} tasks validated after {tried} candidates ({difficulty})")
+                if accepted:  # a refused bug may come again with other tests, which accept may take
+                    seen.add(key)
+                    records.append(rec)
+                    left_out.pop(key, None)
+                else:
+                    left_out.setdefault(key, rec["instance_id"])
         for f in pending:
             f.cancel()
+    if refused is not None:
+        refused.extend(left_out.values())
     return records
 
 
 def candidates(positions, *, seed: int = 0, split: str = "train", difficulty: Difficulty | None = None,
-               workers: int | None = None) -> list[dict | None]:
-    """The candidates at these positions of generate()'s sequence (same seed, split and difficulty), each validated
-    as generate() validates it: its record, or None where it does not validate.
+               workers: int | None = None, accept=None) -> list[dict | None]:
+    """The candidates at these positions of generate()'s sequence (same seed, split, difficulty and accept), each
+    validated as generate() validates it: its record, or None where it does not validate or accept refuses it.
 
     generate(n) keeps, in position order, the first n that validate and differ from those kept before, so positions
     drawn below the last kept one's are a sample of its n tasks, without building the other n - 1 (a position that
@@ -449,7 +474,7 @@ def candidates(positions, *, seed: int = 0, split: str = "train", difficulty: Di
     catalogue()  # parsed before the threads, as in generate()
     specs = [_Spec(_task_seed(seed, split, j), split, difficulty) for j in positions]
     with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
-        return list(pool.map(_validate, specs))
+        return [rec if accepted else None for rec, accepted in pool.map(_validate, specs, [accept] * len(specs))]
 
 
 def position(record: dict, *, seed: int = 0, limit: int = 100_000) -> int:
