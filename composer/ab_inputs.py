@@ -25,7 +25,8 @@ class Inputs:
     """`student`: a folder or a Hugging Face name; `profile`: its zoo profile (None for another student); `train`: the
     train split (screened when asked); `pairs`: {name: prepare_pairs' dict}; `pairs_source`: where the pairs come
     from, in words; `oracle`: they are oracle pairs, not 003's; `screened`: None, or the screened task_ids, their
-    successes, the samples per task and how many were kept."""
+    successes, the samples per task and how many were kept; `test_scope`: None, or in words which tasks the test
+    tasks are when they are a pilot's within-reach file (composer.pilot.reach_scope)."""
 
     student: str
     profile: object
@@ -37,6 +38,7 @@ class Inputs:
     pairs_source: str
     oracle: bool
     screened: dict | None
+    test_scope: str | None = None
 
 
 def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict:
@@ -87,14 +89,17 @@ def prepare(p: dict, run_dir) -> Inputs:
     positive control's); only the datasets some arm trains on are made. With p["screen_tasks"], GRPO trains only on
     those first train tasks whose success rate `screen` finds strictly between 0 and 1. Refuses real SWE-bench
     tasks this machine cannot run, a control of another size than B's pairs, and pairs from test tasks."""
-    from composer import pairs, reference_pairs, zoo
+    from composer import pairs, pilot, reference_pairs, zoo
     from composer.env.environment import tool_schemas
     from composer.env.real.swebench import is_real, load_instances, real_missing
     from composer.paths import ROOT
 
+    def local(source: str):  # a path in the checkout, or what load_instances reads as it is
+        path = ROOT / source
+        return path if not Path(source).is_absolute() and path.exists() else source
+
     def tasks(source: str) -> list[dict]:
-        local = ROOT / source
-        return load_instances(local if not Path(source).is_absolute() and local.exists() else source)
+        return load_instances(local(source))
 
     profile = zoo.PROFILES[p["student"].split(":", 1)[1]] if p["student"].startswith("zoo:") else None
     missing = [k for k in ("train_tasks", "test_tasks", "max_new_tokens") if not p[k]]
@@ -170,4 +175,5 @@ def prepare(p: dict, run_dir) -> Inputs:
                              f"{p['generations']} rollouts at temperature {p['temperature']}; a seed trains on "
                              f"{per_seed}: screen more (screen_tasks) or change the temperature")
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
-                  pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened)
+                  pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened,
+                  test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None)

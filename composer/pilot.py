@@ -37,7 +37,9 @@ error, and it counts as a step. A completed episode is written atomically to epi
 episodes in flight; their answered turns stay in the store).
 
 What it writes in --out: pilot.json (the summary below, with provenance), traces.jsonl (every completed episode in
-composer.traces' schema, as 002a writes them: 001 and 003 read it as a traces source), episodes/*.json, pilot.sqlite.
+composer.traces' schema, as 002a writes them: 001 and 003 read it as a traces source), within-reach.jsonl (the
+records of the tasks the student solved at least once: 004's test_tasks for an A/B on the tasks within its reach,
+which its verdict then says, and `plan --budget-usd --pool-file` prices), episodes/*.json, pilot.sqlite.
 The summary: pass@1 with a Wilson interval over the episodes corrected for their clustering in tasks
 (stats.clustered_wilson_interval), pass@k at the samples per task (the share of tasks solved at least once, Wilson
 over tasks), discordance (how often two runs of one task disagree: what composer.power calls discordance), the
@@ -72,6 +74,7 @@ POOLS = {  # name: (index file, its id column's rows, where the full records are
 }
 EMBEDDED = "embedded"  # composer.env.embedded's generated tasks (test split): the offline rehearsal
 SUMMARY_FILE, TRACES_FILE, STORE_FILE, EPISODES_DIR = "pilot.json", "traces.jsonl", "pilot.sqlite", "episodes"
+WITHIN_REACH_FILE = "within-reach.jsonl"  # the records of the tasks the student solved at least once (module doc)
 SCHEMA = 1
 STUDENT_KEY_ENV = "COMPOSER_STUDENT_API_KEY"  # the key of a non-OpenRouter endpoint (vllm serve --api-key ...)
 LIVE_004 = ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml"
@@ -121,11 +124,11 @@ def choose(ids: list[str], tasks: int, seed: int) -> list[str]:
 
 def records_for(pool: str, ids: list[str], instances: str | None, *, seed: int = 0) -> list[dict]:
     """The full records of `ids`: from --instances (a .json/.jsonl/.parquet of SWE-bench records, or a Hugging Face
-    name), else the pool's dataset on Hugging Face; embedded tasks are generated."""
+    name), else the pool's dataset on Hugging Face; embedded tasks are generated, each with held-out probes."""
     if pool == EMBEDDED:
-        from composer.env.embedded import tasks as tasklib
+        from composer.env.defences import probes
 
-        return tasklib.generate(len(ids), seed=seed, split="test")
+        return probes.rewarded(len(ids), seed=seed, split="test")[0]
     from composer.env.real import swebench
 
     source = instances or POOLS[pool][1].split(" ")[0]
@@ -513,6 +516,9 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
     by_task: dict[str, list[float]] = {}
     for e in episodes:
         by_task.setdefault(e["instance_id"], []).append(e["reward"])
+    reach = within_reach(by_task, samples)
+    files.write_atomic(out / WITHIN_REACH_FILE, "".join(json.dumps(r) + "\n" for r in records
+                                                        if r["instance_id"] in set(reach["task_ids"])))
     summary = {"schema": SCHEMA, "backend": "offline" if _offline(spec, episodes) else "live",
                "student": spec.model_dump(exclude={"mode", "k", "structured_output", "cache_control",
                                                    "expected_output_tokens"}),
@@ -520,7 +526,7 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
                "episodes": {"planned": len(records) * samples, "complete": len(episodes),
                             "errored": len(errors), "errors": [e["error"] for e in errors[:10]]},
                "complete": len(episodes) == len(records) * samples, "stop_reason": stop[0] if stop else None,
-               **measures(by_task, samples), **per_episode(episodes),
+               **measures(by_task, samples), "within_reach": reach, **per_episode(episodes),
                "faults": dict(sum((Counter(e["faults"]) for e in [*episodes, *errors]), Counter())),
                "ledger": ledger, "traces": TRACES_FILE,
                "provenance": report.provenance(seed, started)}
@@ -562,6 +568,33 @@ def measures(by_task: dict[str, list[float]], samples: int) -> dict:
             "task_spread": None if spread is None else {
                 "sd": spread, "tasks": len(multi),
                 "what": "SD across tasks of the true per-task pass rate (binomial noise removed)"}}
+
+
+def within_reach(by_task: dict[str, list[float]], samples: int) -> dict:
+    """The tasks within the student's reach: solved at least once in all `samples` runs (pass@k > 0; a task with
+    runs missing is left out), and the pass@1 over them. That pass@1 comes from the runs that chose the tasks, so it
+    is optimistic: a fresh evaluation of the same tasks expects less (a task solved once by luck counts)."""
+    full = {t: r for t, r in by_task.items() if len(r) == samples}
+    chosen = sorted(t for t, r in full.items() if any(x == 1.0 for x in r))
+    solved = sum(sum(x == 1.0 for x in full[t]) for t in chosen)
+    return {"task_ids": chosen, "tasks": len(chosen), "of": len(full), "samples": samples, "file": WITHIN_REACH_FILE,
+            "pass_at_1": solved / (len(chosen) * samples) if chosen else None,
+            "what": f"tasks solved at least once in {samples} runs; their pass@1 is from the runs that chose them "
+                    "(optimistic)"}
+
+
+def reach_scope(source) -> str | None:
+    """In words, when `source` (an A/B's test tasks) is a pilot's within-reach file beside its summary: which tasks
+    these are, so a verdict on them says it speaks for them alone; else None."""
+    path = Path(source)
+    if path.name != WITHIN_REACH_FILE or not (path.parent / SUMMARY_FILE).is_file():
+        return None
+    summary = read(path.parent)
+    reach = summary.get("within_reach") or {}
+    pool = f"{summary['pool']} " if summary.get("pool") else ""
+    return (f"within the student's reach ({reach.get('tasks')} of {reach.get('of')} {pool}tasks that "
+            f"{summary['student']['model']} solved at least once in {reach.get('samples')} runs of the pilot at "
+            f"{path.parent}): the verdict speaks for these tasks only")
 
 
 def per_episode(episodes: list[dict]) -> dict:
@@ -683,7 +716,7 @@ def main(argv=None) -> int:
     print(describe(summary, args.out))
     print(json.dumps({k: summary[k] for k in ("backend", "pool", "samples", "episodes", "complete", "stop_reason",
                                               "pass_at_1", "pass_at_k", "discordance", "task_spread",
-                                              "per_episode", "phases", "faults")}))
+                                              "within_reach", "per_episode", "phases", "faults")}))
     return 0 if summary["complete"] else 1
 
 
@@ -721,6 +754,11 @@ def describe(summary: dict, out) -> str:
     if pk:
         lines.append(f"  pass@{pk['k']} {pk['estimate']:.3f} [{pk['low']:.3f}, {pk['high']:.3f}] (wilson over "
                      f"{pk['n']} tasks)")
+    reach = summary.get("within_reach")
+    if reach and reach["tasks"]:
+        lines.append(f"  within reach: {reach['tasks']} of {reach['of']} tasks solved at least once, pass@1 "
+                     f"{reach['pass_at_1']:.3f} on them (optimistic: the same runs chose them); their records: "
+                     f"{Path(out) / WITHIN_REACH_FILE} (004's test_tasks for an A/B on them)")
     if summary["per_episode"]:
         pe = summary["per_episode"]
         what = "a tiny model's tokens at the student's price, not a measurement" if summary["backend"] == "offline" \

@@ -453,8 +453,16 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
     if p1 and student and p1["estimate"] >= power.HEADROOM_FLOOR:
         print(f"designs for this student at its measured base rate: python -m composer plan --budget-usd 5000 "
               f"--student {student} --base-rate {student}={p1['estimate']:.3f}")
+    reach, folder = summary.get("within_reach"), Path(path) if Path(path).is_dir() else Path(path).parent
+    if reach and reach["tasks"] >= 2 and student:
+        print(f"within reach: {reach['tasks']} of {reach['of']} tasks solved at least once in {reach['samples']} "
+              f"runs, pass@1 {reach['pass_at_1']:.3f} on them (optimistic: the same runs chose them). An A/B on them "
+              f"only (004's test_tasks={folder / reach['file']}; its verdict then speaks for them alone): "
+              f"python -m composer plan --budget-usd 5000 --student {student} --base-rate "
+              f"{student}={reach['pass_at_1']:.3f} --pool-file {folder / reach['file']}")
     print(json.dumps({"from_pilot": str(path), "backend": summary["backend"], "base_pass_at_1": p1,
                       "pass_at_k": pk, "discordance": disc, "task_spread": spread, "measured": r["measured"],
+                      "within_reach": summary.get("within_reach"),
                       "mde": {"measured": dm["mde"], "assumed": da["mde"]},
                       "gpu_hours": {"measured": r["gpu_hours"], "assumed": r["assumed"]["gpu_hours"]},
                       "replaced": r["replaced"], "turns": r["turns"]}))

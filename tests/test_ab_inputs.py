@@ -128,3 +128,28 @@ def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_p
     with pytest.raises(ValueError, match="1 of 4 screened train tasks .* a seed trains on 2: screen more"):
         ab_inputs.prepare({**parameters, "prompts_per_step": 2}, tmp_path)
     assert ab_inputs.prepare(_parameters(arms={"A": {}}), tmp_path).screened is None
+
+
+def test_a_pilots_within_reach_file_as_test_tasks_is_named_for_the_verdict(tmp_path):
+    """A pilot's within-reach.jsonl (beside its pilot.json) as test_tasks: the tasks are its records, and the
+    inputs say in words which tasks they are, so 004's verdict speaks for them alone; the same records under
+    another name, or without the pilot's summary beside them, are plain test tasks."""
+    from composer import pilot
+
+    test = zoo.split_tasks(zoo.PROFILES["smoke"], "test")[:2]
+    folder = tmp_path / "pilot"
+    folder.mkdir()
+    reach = folder / pilot.WITHIN_REACH_FILE
+    reach.write_text("".join(json.dumps(r) + "\n" for r in test))
+    parameters = _parameters(arms={"A": {}}, test_tasks=str(reach))
+    assert ab_inputs.prepare(parameters, tmp_path / "run").test_scope is None  # no pilot.json beside it
+    (folder / pilot.SUMMARY_FILE).write_text(json.dumps({
+        "schema": pilot.SCHEMA, "pool": "embedded", "student": {"model": "student"},
+        "within_reach": pilot.within_reach({"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [0.0, 0.0]}, 2)}))
+    inputs = ab_inputs.prepare(parameters, tmp_path / "run")
+    assert [t["instance_id"] for t in inputs.test] == [t["instance_id"] for t in test]
+    assert inputs.test_scope == (f"within the student's reach (2 of 3 embedded tasks that student solved at least "
+                                 f"once in 2 runs of the pilot at {folder}): the verdict speaks for these tasks only")
+    other = folder / "tasks.jsonl"
+    other.write_text(reach.read_text())
+    assert ab_inputs.prepare({**parameters, "test_tasks": str(other)}, tmp_path / "run").test_scope is None

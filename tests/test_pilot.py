@@ -26,6 +26,7 @@ from composer import pilot, plan, policies, stats, traces
 from composer.actions import canonical_action
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, gold_edits
+from composer.env.real import swebench
 from composer.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("module_cache")
@@ -166,6 +167,11 @@ def test_a_pilot_grades_every_episode_and_writes_traces_001_and_003_read(scripte
     assert summary["ledger"]["committed_usd"] > 0
     assert summary["phases"]["grade_s_per_submission"] > 0 and summary["phases"]["turns_per_episode"] > 0
     assert summary["provenance"]["git_sha"] and pilot.read(tmp_path) == summary
+    # both tasks solved: both within reach, their records written for 004's test_tasks
+    assert summary["within_reach"]["task_ids"] == sorted(r["instance_id"] for r in records)
+    assert swebench.load_instances(tmp_path / pilot.WITHIN_REACH_FILE) == records
+    assert f"within the student's reach (2 of 2 tasks that {MODEL} solved" in pilot.reach_scope(
+        tmp_path / pilot.WITHIN_REACH_FILE)
 
     # traces in 002a's schema, one per episode, readable by 001 and 003's loader
     loaded = traces.load_traces(tmp_path / pilot.TRACES_FILE)
@@ -348,6 +354,13 @@ def test_the_price_is_the_tokens_of_the_real_trajectories_at_the_students_price(
 # The measures
 
 
+def test_within_reach_by_hand():
+    """The tasks solved at least once in every one of their runs, and the pass@1 on them (3 of 4 runs)."""
+    reach = pilot.within_reach({"a": [1.0, 0.0], "b": [0.0, 0.0], "c": [1.0, 1.0], "d": [1.0]}, 2)
+    assert (reach["task_ids"], reach["tasks"], reach["of"], reach["pass_at_1"]) == (["a", "c"], 2, 3, 0.75)
+    assert pilot.within_reach({"b": [0.0, 0.0]}, 2)["pass_at_1"] is None
+
+
 def test_measures_by_hand():
     """Task a: 2 of 4, task b: 0 of 4, task c: 4 of 4."""
     m = pilot.measures({"a": [1, 0, 1, 0], "b": [0] * 4, "c": [1] * 4}, 4)
@@ -512,6 +525,12 @@ def test_plan_from_pilot_prints_measured_beside_assumed(scripted, records, tmp_p
     assert "| discordance (two runs of a task disagree) | 0.000 | 0.22 | measured |" in out
     assert "| generation, s a turn |" in out and "assumed: an API's latency is not a GPU's" in out
     assert "--student Qwen/Qwen3-8B --base-rate Qwen/Qwen3-8B=1.000" in out
+    # the tasks within reach: the command it prints for designs on them runs
+    assert result["within_reach"]["tasks"] == 2
+    command = next(line for line in out.splitlines() if line.startswith("within reach: 2 of 2 tasks"))
+    assert f"004's test_tasks={tmp_path / pilot.WITHIN_REACH_FILE}" in command
+    assert plan.main(command.split("python -m composer plan ")[1].split()) == 0
+    assert f"x 2 tasks ({tmp_path / pilot.WITHIN_REACH_FILE})" in capsys.readouterr().out
     assert "| base pass@1 | 1.000 [" in out and "| 0.036 (published: SWE-bench Verified, no thinking" in out
     # a student surely below the floor is told it would be refused
     low = tmp_path / "low"
