@@ -1,6 +1,7 @@
 """composer.power and `composer plan --budget-usd`: what a live A/B design can detect and what it costs, by hand
 and by simulation, and the search over designs and treatments."""
 
+import dataclasses
 import json
 import math
 import re
@@ -290,19 +291,31 @@ def _logistic_truth(shift, rng):
                                                  task_sd=float(diff.mean(0).std()), seed_sd=float(diff.mean(1).std()))
 
 
-@pytest.mark.parametrize("model", ["plan", "logistic"])
-@pytest.mark.parametrize("seeds, tasks, samples", [(3, 103, 4), (6, 40, 1)])
-def test_the_pre_run_mde_is_the_one_004_reports_and_holds_its_power(model, seeds, tasks, samples):
-    """Under two generative models (the plan's own at a base rate of 0.2, and a logistic one whose
-    components the plan is given, as a pilot would measure them), the plan's pre-run mde is within 1.2x of the mean
-    mde 004's analysis reports after the run (ab.difference), 600 experiments at the pre-run mde detect it at least
-    78 % of the time, and 600 with no effect read "above 0" at most 3 %."""
+REGIMES = [  # (model, seeds, tasks, samples, base rate, seed_sd): the designs an independent simulation found short
+    *[(model, *design, 0.2, None) for model in ("plan", "logistic")
+      for design in ((3, 103, 4), (6, 40, 1), (3, 40, 1), (5, 60, 2))],
+    ("plan", 3, 40, 1, 0.2, 0.05), ("plan", 3, 103, 4, 0.2, 0.05),  # seeds that differ 3x more than assumed
+    ("plan", 3, 103, 4, 0.05, None),  # a student at the floor's base rate
+    # at the floor with one sample a task, 004's post-hoc mde came out 1.26x the plan's pre-run one (its power held:
+    # 0.93): the plan's additive task spread, clipped at 0, is not what 004 then measures
+    pytest.param("plan", 6, 40, 1, 0.05, None, marks=pytest.mark.xfail(strict=True, reason="post-hoc mde 1.26x the "
+                                                                       "pre-run one at a 5 % base rate, 1 sample")),
+]
+
+
+@pytest.mark.parametrize("model, seeds, tasks, samples, rate, seed_sd", REGIMES)
+def test_the_pre_run_mde_is_the_one_004_reports_and_holds_its_power(model, seeds, tasks, samples, rate, seed_sd):
+    """Under two generative models (the plan's own at a base rate, and a logistic one whose components the plan is
+    given, as a pilot would measure them), the plan's pre-run mde is within 1.2x of the mean mde 004's analysis
+    reports after the run (ab.difference), 600 experiments at the pre-run mde detect it at least 78 % of the time,
+    and 600 with no effect read "above 0" at most 3 %."""
     rng = np.random.default_rng(52)
     if model == "plan":
-        a = power.at_base_rate(power.Assumptions(), 0.2)
-        cells = lambda e: _plan_cells(rng, seeds, tasks, samples, e, a, 0.2)  # noqa: E731
-        truth = lambda e: float(np.mean(np.clip(0.2 + e + rng.normal(0, a.seed_sd, 400_000)  # noqa: E731
-                                                + rng.normal(0, a.task_sd, 400_000), 0, 1)) - 0.2)
+        a = power.at_base_rate(power.Assumptions(), rate)
+        a = dataclasses.replace(a, seed_sd=seed_sd) if seed_sd else a
+        cells = lambda e: _plan_cells(rng, seeds, tasks, samples, e, a, rate)  # noqa: E731
+        truth = lambda e: float(np.mean(np.clip(rate + e + rng.normal(0, a.seed_sd, 400_000)  # noqa: E731
+                                                + rng.normal(0, a.task_sd, 400_000), 0, 1)) - rate)
     else:
         _, a = _logistic_truth(0.0, rng)
         cells = lambda e: _logistic_cells(rng, seeds, tasks, samples, e)  # noqa: E731
