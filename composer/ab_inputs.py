@@ -12,6 +12,7 @@ arms.plan_from_parameters then makes the Plan from the parameters and these inpu
 import dataclasses
 import functools
 import json
+from importlib.util import find_spec
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,8 @@ class Inputs:
     train split (screened when asked); `pairs`: {name: prepare_pairs' dict}; `pairs_source`: where the pairs come
     from, in words; `oracle`: they are oracle pairs, not 003's; `screened`: None, or the screened task_ids, their
     successes, the samples per task and how many were kept; `test_scope`: None, or in words which tasks the test
-    tasks are when they are a pilot's within-reach file (composer.pilot.reach_scope)."""
+    tasks are when they are a pilot's within-reach file (composer.pilot.reach_scope); `scan_only`: how many real
+    tasks are graded by the tampering scan alone, on the opt-in (container.scan_only_refusal)."""
 
     student: str
     profile: object
@@ -39,6 +41,7 @@ class Inputs:
     oracle: bool
     screened: dict | None
     test_scope: str | None = None
+    scan_only: int = 0
 
 
 def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict:
@@ -91,6 +94,7 @@ def prepare(p: dict, run_dir) -> Inputs:
     tasks this machine cannot run, a control of another size than B's pairs, and pairs from test tasks."""
     from composer import pairs, pilot, reference_pairs, zoo
     from composer.env.environment import tool_schemas
+    from composer.env.real import container
     from composer.env.real.swebench import is_real, load_instances, real_missing
     from composer.paths import ROOT
 
@@ -112,6 +116,12 @@ def prepare(p: dict, run_dir) -> Inputs:
     test = test[:p["n_test"]] if p["n_test"] else test
     env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
     max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
+    scan_only = [t for t in train + test if is_real(t) and find_spec("swebench") and container.scan_only(t)]
+    if scan_only and (refused := container.scan_only_refusal(scan_only[0], env.grade_scan_only)):  # before training
+        raise ValueError(f"{sum(t in scan_only for t in test)} of the {len(test)} test tasks and "
+                         f"{sum(t in scan_only for t in train)} of the {len(train)} train tasks "
+                         f"({', '.join(sorted({t['repo'] for t in scan_only}))}) would be graded by the tampering scan "
+                         f"alone; the first: {refused}")
     cannot = {t["instance_id"]: m for t in train + test if is_real(t) and (m := real_missing(t))}
     if cannot:  # before hours of training, not at the first episode on such a task
         first, problems = next(iter(cannot.items()))
@@ -176,4 +186,5 @@ def prepare(p: dict, run_dir) -> Inputs:
                              f"{per_seed}: screen more (screen_tasks) or change the temperature")
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
                   pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened,
-                  test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None)
+                  test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None,
+                  scan_only=len(scan_only))

@@ -462,7 +462,9 @@ async def run(spec: teachers.TeacherSpec, records: list[dict], out_dir, *, sampl
     out = Path(out_dir)
     (out / EPISODES_DIR).mkdir(parents=True, exist_ok=True)
     claim(out, spec)
-    env_config = env_config or EnvConfig(max_steps=max_turns)
+    # A frozen student is under no pressure to forge, so real instances whose tests pytest does not run (graded by
+    # the tampering scan alone, which 004 refuses) are graded here, and the summary counts them
+    env_config = env_config or EnvConfig(max_steps=max_turns, grade_scan_only=True)
     store = teachers.Store(out / STORE_FILE, cap_usd=budget_usd)
     started = time.time()
     todo = [(r, s) for r in records for s in range(samples)
@@ -517,6 +519,10 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
     for e in episodes:
         by_task.setdefault(e["instance_id"], []).append(e["reward"])
     reach = within_reach(by_task, samples)
+    real = [r for r in records if not r["repo"].startswith("composer-embedded/")]
+    if real:
+        from composer.env.real import container
+    scan_only = sum(container.scan_only(r) for r in real)
     files.write_atomic(out / WITHIN_REACH_FILE, "".join(json.dumps(r) + "\n" for r in records
                                                         if r["instance_id"] in set(reach["task_ids"])))
     summary = {"schema": SCHEMA, "backend": "offline" if _offline(spec, episodes) else "live",
@@ -527,6 +533,9 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
                             "errored": len(errors), "errors": [e["error"] for e in errors[:10]]},
                "complete": len(episodes) == len(records) * samples, "stop_reason": stop[0] if stop else None,
                **measures(by_task, samples), "within_reach": reach, **per_episode(episodes),
+               "graded_by_scan_alone": {"tasks": scan_only, "what": "real tasks whose tests pytest does not run "
+                                        "(django, sympy, sphinx): graded by the tampering scan alone, which a frozen "
+                                        "student does not try to forge; 004 refuses them"},
                "faults": dict(sum((Counter(e["faults"]) for e in [*episodes, *errors]), Counter())),
                "ledger": ledger, "traces": TRACES_FILE,
                "provenance": report.provenance(seed, started)}

@@ -153,3 +153,22 @@ def test_a_pilots_within_reach_file_as_test_tasks_is_named_for_the_verdict(tmp_p
     other = folder / "tasks.jsonl"
     other.write_text(reach.read_text())
     assert ab_inputs.prepare({**parameters, "test_tasks": str(other)}, tmp_path / "run").test_scope is None
+
+
+def test_real_tasks_graded_by_the_scan_alone_stop_004_before_training_unless_opted_in(tmp_path, monkeypatch):
+    """A django task (its tests run by runtests.py, so grading runs the tampering scan alone) among 004's test tasks
+    is refused before anything is trained, with the counts; on the opt-in it runs and the inputs count it for the
+    report's notes."""
+    from composer.env.real import container, swebench
+
+    record = json.loads((ROOT / "data/swebench-lite/marshmallow-code__marshmallow-1343.json").read_text())
+    django = {**record, "instance_id": "django__django-11099", "repo": "django/django", "version": "3.0"}
+    (tmp_path / "test.json").write_text(json.dumps([django]))
+    parameters = _parameters(arms={"A": {}}, test_tasks=str(tmp_path / "test.json"))
+    monkeypatch.delenv(container.SCAN_ONLY_GRADING, raising=False)
+    with pytest.raises(ValueError, match=r"1 of the 1 test tasks and 0 of the \d+ train tasks \(django/django\) "
+                                         r"would be graded by the tampering scan alone; the first: refusing"):
+        ab_inputs.prepare(parameters, tmp_path / "run")
+    monkeypatch.setenv(container.SCAN_ONLY_GRADING, "1")
+    monkeypatch.setattr(swebench, "real_missing", lambda instance: [])  # no image needed to prepare
+    assert ab_inputs.prepare(parameters, tmp_path / "run").scan_only == 1

@@ -455,3 +455,27 @@ def test_a_testbed_archive_cannot_write_outside_the_workspace(tmp_path, bad):
         with pytest.raises(RuntimeError, match=f"refusing {bad[0]!r}.*would land outside"):
             archive.extractall(dest, members=container.inside(archive, dest))
     assert not (tmp_path / "evil").exists()
+
+
+def test_an_instance_whose_tests_pytest_does_not_run_is_not_graded_unless_opted_in(monkeypatch):
+    """The canaries, the probes and plain values all work through pytest: a django or sympy instance would be graded
+    by the tampering scan alone, so reset and swebench.evaluate refuse it (before any image or engine is needed),
+    naming why and the opt-in; a pytest instance is not refused."""
+    marshmallow = json.loads(REAL_RECORD.read_text())
+    django = {**marshmallow, "instance_id": "django__django-11099", "repo": "django/django", "version": "3.0"}
+    monkeypatch.delenv(container.SCAN_ONLY_GRADING, raising=False)
+    assert container.scan_only(django) and not container.scan_only(marshmallow)
+    assert container.scan_only_refusal(marshmallow) is None
+    refused = container.scan_only_refusal(django)
+    assert refused.startswith("refusing to grade django__django-11099: its tests run under './tests/runtests.py', "
+                              "not pytest, so grading runs the tampering scan alone")
+    assert f"{container.SCAN_ONLY_GRADING}=1 or EnvConfig(grade_scan_only=True)" in refused
+    assert container.scan_only_refusal(django, opt_in=True) is None
+    monkeypatch.setattr(swebench, "real_missing", lambda instance: [])  # the image is not what stops it
+    env = CodingEnv([django])
+    with pytest.raises(RuntimeError, match="cannot start an episode on django__django-11099: refusing to grade"):
+        env.reset(instance=django)
+    with pytest.raises(RuntimeError, match="^refusing to grade django__django-11099"):
+        swebench.evaluate([pred(django, "diff --git a/x b/x\n")], [django], run_id="scan-only")
+    monkeypatch.setenv(container.SCAN_ONLY_GRADING, "1")
+    assert container.scan_only_refusal(django) is None

@@ -167,6 +167,7 @@ def test_a_pilot_grades_every_episode_and_writes_traces_001_and_003_read(scripte
     assert summary["ledger"]["committed_usd"] > 0
     assert summary["phases"]["grade_s_per_submission"] > 0 and summary["phases"]["turns_per_episode"] > 0
     assert summary["provenance"]["git_sha"] and pilot.read(tmp_path) == summary
+    assert summary["graded_by_scan_alone"]["tasks"] == 0  # embedded tasks: every layer grades them
     # both tasks solved: both within reach, their records written for 004's test_tasks
     assert summary["within_reach"]["task_ids"] == sorted(r["instance_id"] for r in records)
     assert swebench.load_instances(tmp_path / pilot.WITHIN_REACH_FILE) == records

@@ -52,6 +52,9 @@ Episode rules (decisions, with the reason):
   forges its reward. Elsewhere ("plain") reset refuses, naming what the host lacks, unless
   EnvConfig(grade_uncontained=True) or COMPOSER_GRADE_UNCONTAINED=1 opts in for a smoke run, which
   is logged and named in each submit's info.grading.
+- Real instances whose tests pytest does not run (django's runtests.py, sympy's bin/test, sphinx's tox) get none of grading's
+  layers but the tampering scan: reset refuses them unless EnvConfig(grade_scan_only=True) or
+  COMPOSER_GRADE_SCAN_ONLY=1 opts in (container.scan_only_refusal).
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
@@ -105,6 +108,9 @@ class EnvConfig:
     # grade embedded tasks even where test runs can read grading's files ("plain" mode): smoke runs only, and said in
     # each submit's info.grading (sandbox.grading_refusal: reset refuses such a host otherwise)
     grade_uncontained: bool = False
+    # grade real instances whose tests pytest does not run (django, sympy, sphinx), where only the tampering scan stands:
+    # said in the report (container.scan_only_refusal: reset refuses them otherwise)
+    grade_scan_only: bool = False
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
     search_max_matches: int = 50
@@ -242,6 +248,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         real = swebench.is_real(instance)
         if real and (missing := swebench.real_missing(instance)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: " + "; and ".join(missing))
+        if real and (refused := container.scan_only_refusal(instance, self.config.grade_scan_only)):
+            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         if not real and (refused := sandbox.grading_refusal(self.config.grade_uncontained)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         self._end()
@@ -435,7 +443,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         timeout_s = self.config.real_test_timeout_s if ep.workspace else self.config.test_timeout_s
         summary = swebench.evaluate([pred], [ep.instance], run_id=ep.episode_id, timeout_s=timeout_s,
                                     flag_tampering=self.config.flag_tampering,
-                                    grade_uncontained=self.config.grade_uncontained)
+                                    grade_uncontained=self.config.grade_uncontained,
+                                    grade_scan_only=self.config.grade_scan_only)
         report = summary["instances"][iid]
         ep.submitted, ep.reward, ep.tampering = True, 1.0 if report["resolved"] else 0.0, report["tampering"]
         status = report.get("tests_status") or {}

@@ -97,6 +97,28 @@ def test_spec(record: dict):
     return make_test_spec({k: v for k, v in record.items() if k != "image"}, namespace=NAMESPACE)
 
 
+SCAN_ONLY_GRADING = "COMPOSER_GRADE_SCAN_ONLY"  # "1": grade instances whose tests pytest does not run (smoke runs)
+
+
+def scan_only_refusal(record: dict, opt_in: bool = False) -> str | None:
+    """Why a reward on this real instance must not be graded, or None. The canaries, the held-out probes and plain
+    values all work through pytest (its plugin, its collection): an instance whose test command is another runner
+    (django's runtests.py, sympy's bin/test, sphinx's tox) is graded by the tampering scan alone, and a submission
+    that rewrites what its runner prints forges the reward. Fails closed: graded anyway only on an explicit opt-in
+    (`opt_in`: EnvConfig.grade_scan_only; or COMPOSER_GRADE_SCAN_ONLY=1), which a report must say."""
+    if not scan_only(record) or opt_in or os.environ.get(SCAN_ONLY_GRADING) == "1":
+        return None
+    return (f"refusing to grade {record['instance_id']}: its tests run under {_test_command(record).split()[0]!r}, "
+            "not pytest, so grading runs the tampering scan alone (no canaries, held-out probes or plain values) and "
+            "a submission could forge its reward. Use tasks whose tests pytest runs, or, for a run whose report says "
+            f"so, opt in: {SCAN_ONLY_GRADING}=1 or EnvConfig(grade_scan_only=True)")
+
+
+def scan_only(record: dict) -> bool:
+    """Whether grading this real instance runs the tampering scan alone: its tests run without pytest."""
+    return "pytest" not in _test_command(record)
+
+
 def problems(record: dict | None = None) -> list[str]:
     """What stops a real instance from running here, in words (empty when nothing does)."""
     try:

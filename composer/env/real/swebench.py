@@ -177,14 +177,17 @@ def load_predictions(path: str | Path) -> list[dict]:
 
 
 def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max_workers: int = 1,
-             timeout_s: float | None = None, flag_tampering: bool = True, grade_uncontained: bool = False) -> dict:
+             timeout_s: float | None = None, flag_tampering: bool = True, grade_uncontained: bool = False,
+             grade_scan_only: bool = False) -> dict:
     """Grade predictions against instances the way the SWE-bench harness does (see module doc).
 
     timeout_s: per test run; None: EVAL_TIMEOUT_S on embedded records, REAL_TIMEOUT_S (the harness's default) on
     real ones. flag_tampering: a prediction whose source changes tamper with the test run (see
     composer.env.defences.grading.scan) is not resolved; False grades it on its tests alone. Embedded records are
     refused (RuntimeError, before any is graded) in a containment mode whose test runs could read grading's files
-    (sandbox.grading_refusal) unless grade_uncontained opts in for a smoke run; the summary's "grading" says which."""
+    (sandbox.grading_refusal) unless grade_uncontained opts in for a smoke run; the summary's "grading" says which.
+    Real records whose tests pytest does not run are refused likewise (container.scan_only_refusal) unless
+    grade_scan_only opts in."""
     preds = {}
     for p in map(validate_prediction, predictions):
         if p["instance_id"] in preds:
@@ -203,6 +206,8 @@ def evaluate(predictions: list[dict], instances: list[dict], *, run_id: str, max
             if missing:
                 raise RuntimeError(f"{iid} is a real SWE-bench instance, which is graded in a container, but "
                                    + "; and ".join(missing) + ".")
+            if refused := container.scan_only_refusal(by_id[iid], grade_scan_only):
+                raise RuntimeError(refused)
     with ThreadPoolExecutor(max(1, max_workers)) as pool:
         graded = pool.map(lambda i: _evaluate_one(preds[i], by_id[i], timeout_s, flag_tampering, grade_uncontained),
                           list(preds))
