@@ -52,8 +52,8 @@ Episode rules (decisions, with the reason):
   forges its reward. Elsewhere ("plain") reset refuses, naming what the host lacks, unless
   EnvConfig(grade_uncontained=True) or COMPOSER_GRADE_UNCONTAINED=1 opts in for a smoke run, which
   is logged and named in each submit's info.grading.
-- Real instances whose tests pytest does not run (django's runtests.py, sympy's bin/test, sphinx's tox) get none of grading's
-  layers but the tampering scan: reset refuses them unless EnvConfig(grade_scan_only=True) or
+- Real instances whose tests pytest does not run (django's runtests.py, sympy's bin/test, sphinx's tox) get none
+  of grading's layers but the tampering scan: reset refuses them unless EnvConfig(grade_scan_only=True) or
   COMPOSER_GRADE_SCAN_ONLY=1 opts in (container.scan_only_refusal).
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
@@ -108,8 +108,8 @@ class EnvConfig:
     # grade embedded tasks even where test runs can read grading's files ("plain" mode): smoke runs only, and said in
     # each submit's info.grading (sandbox.grading_refusal: reset refuses such a host otherwise)
     grade_uncontained: bool = False
-    # grade real instances whose tests pytest does not run (django, sympy, sphinx), where only the tampering scan stands:
-    # said in the report (container.scan_only_refusal: reset refuses them otherwise)
+    # grade real instances whose tests pytest does not run (django, sympy, sphinx), where only the tampering scan
+    # stands: said in the report (container.scan_only_refusal: reset refuses them otherwise)
     grade_scan_only: bool = False
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
