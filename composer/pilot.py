@@ -519,10 +519,9 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
     for e in episodes:
         by_task.setdefault(e["instance_id"], []).append(e["reward"])
     reach = within_reach(by_task, samples)
-    real = [r for r in records if not r["repo"].startswith("composer-embedded/")]
-    if real:
-        from composer.env.real import container
-    scan_only = sum(container.scan_only(r) for r in real)
+    from composer.env.real import container, swebench
+
+    scan_only = sum(container.scan_only(r) for r in records if swebench.is_real(r))
     files.write_atomic(out / WITHIN_REACH_FILE, "".join(json.dumps(r) + "\n" for r in records
                                                         if r["instance_id"] in set(reach["task_ids"])))
     summary = {"schema": SCHEMA, "backend": "offline" if _offline(spec, episodes) else "live",
