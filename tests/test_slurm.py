@@ -60,9 +60,15 @@ def test_settings_name_an_unknown_key_and_a_bad_executor_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("gpus, line", [("h200:8", "#SBATCH --gpus-per-node=h200:8"), (8, "#SBATCH --gpus-per-node=8")])
-def test_a_typed_gpu_request_reaches_sbatch(tmp_path, gpus, line):
+def test_a_typed_gpu_request_reaches_sbatch(tmp_path, monkeypatch, gpus, line):
     """The live profile asks for the GPU kind the plan priced in SLURM's typed form; submitit's generic parameter
-    takes only a count."""
+    takes only a count. Only the job script is made, so no cluster is needed: submitit looks for `srun` on PATH
+    before it makes anything, and a stand-in that does nothing answers it on a machine without SLURM."""
+    stand_in = tmp_path / "bin" / "srun"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\nexit 1\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}")
     executor = slurm._executor(tmp_path, slurm.settings({"gpus_per_node": gpus}), "job", None)
     script = executor._executor._make_submission_file_text("python -c pass", "1").splitlines()
     assert line in script
