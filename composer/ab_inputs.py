@@ -116,12 +116,13 @@ def prepare(p: dict, run_dir) -> Inputs:
     test = test[:p["n_test"]] if p["n_test"] else test
     env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
     max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
-    scan_only = [t for t in train + test if is_real(t) and find_spec("swebench") and container.scan_only(t)]
-    if scan_only and (refused := container.scan_only_refusal(scan_only[0], env.grade_scan_only)):  # before training
-        raise ValueError(f"{sum(t in scan_only for t in test)} of the {len(test)} test tasks and "
-                         f"{sum(t in scan_only for t in train)} of the {len(train)} train tasks "
-                         f"({', '.join(sorted({t['repo'] for t in scan_only}))}) would be graded by the tampering scan "
-                         f"alone; the first: {refused}")
+    scan_only = {name: [t for t in split if is_real(t) and find_spec("swebench") and container.scan_only(t)]
+                 for name, split in (("test", test), ("train", train))}
+    every = scan_only["test"] + scan_only["train"]
+    if every and (refused := container.scan_only_refusal(every[0], env.grade_scan_only)):  # before training
+        raise ValueError(f"{len(scan_only['test'])} of the {len(test)} test tasks and {len(scan_only['train'])} of the "
+                         f"{len(train)} train tasks ({', '.join(sorted({t['repo'] for t in every}))}) would be graded "
+                         f"by the tampering scan alone; the first: {refused}")
     cannot = {t["instance_id"]: m for t in train + test if is_real(t) and (m := real_missing(t))}
     if cannot:  # before hours of training, not at the first episode on such a task
         first, problems = next(iter(cannot.items()))
@@ -187,4 +188,4 @@ def prepare(p: dict, run_dir) -> Inputs:
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
                   pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened,
                   test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None,
-                  scan_only=len(scan_only))
+                  scan_only=len(every))

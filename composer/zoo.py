@@ -172,7 +172,7 @@ def _jsonl_cached(kind: str, key: str, build) -> list[dict]:
 def split_tasks(profile: Profile, split: str) -> list[dict]:
     """The profile's tasks of a split: each with held-out probes (probes.rewarded, since their rewards train and
     evaluate); `dropped` says how many candidates that rule left out."""
-    return [json.loads(line) for line in (_task_folder(profile, split) / "rows.jsonl").read_text().splitlines()]
+    return tasks.load_jsonl(_task_folder(profile, split) / "rows.jsonl")
 
 
 def dropped(profile: Profile, split: str) -> list[str]:
@@ -187,7 +187,7 @@ def _task_folder(profile: Profile, split: str) -> Path:
 
     def build(tmp: Path):
         records, left_out = probes.rewarded(n, seed=profile.seed, split=split, difficulty=profile.difficulty)
-        (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        tasks.save_jsonl(records, tmp / "rows.jsonl")
         (tmp / "dropped.json").write_text(json.dumps(left_out))
 
     return publish(cache_root() / "zoo" / "tasks" / f"{split}-{key}", build)

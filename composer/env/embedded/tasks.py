@@ -232,14 +232,20 @@ def _changed_lines(diff: str) -> list[str]:
 # --- records ----------------------------------------------------------------------------------
 
 
-def _record(task: _Task, f2p: list[str], p2p: list[str], statement: str) -> dict:
+def _bug(task: _Task) -> tuple[str, str]:
+    """The task's bug as generate() tells repeats apart, and as its record carries it: base tree, gold patch."""
     path, gold = task.gold_file
+    return _tree_hash(task.base), _git_diff({path: task.base[path]}, {path: gold})
+
+
+def _record(task: _Task, f2p: list[str], p2p: list[str], statement: str) -> dict:
+    base_commit, patch = _bug(task)
     created = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=task.spec.task_seed % (366 * 86400))
     rec = {
         "instance_id": task.instance_id,
         "repo": REPO_PREFIX + task.pkg,
-        "base_commit": _tree_hash(task.base),
-        "patch": _git_diff({path: task.base[path]}, {path: gold}),
+        "base_commit": base_commit,
+        "patch": patch,
         "test_patch": _git_diff({}, task.tests),
         "problem_statement": statement,
         "hints_text": "",
@@ -332,13 +338,6 @@ for imp, setup, expr in json.loads(sys.argv[1]):
 print()
 print(json.dumps(out))
 """
-
-
-def _bug(spec: _Spec) -> tuple[str, str]:
-    """The candidate's bug as generate() tells repeats apart: its base tree and its gold patch (no run needed)."""
-    task = _build(spec)
-    path, gold = task.gold_file
-    return _tree_hash(task.base), _git_diff({path: task.base[path]}, {path: gold})
 
 
 def _validate(spec: _Spec, accept=None) -> tuple[dict | None, bool]:
@@ -443,10 +442,11 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
                                        f"({difficulty})")
                 spec = next(specs)
                 tried += 1
-                if _bug(spec) not in seen:  # a bug already taken would be skipped as a repeat: not validated
-                    pending.append(pool.submit(_validate, spec, accept))
-            rec, accepted = pending.popleft().result()
-            key = rec and (rec["base_commit"], rec["patch"])
+                key = _bug(_build(spec))  # no run needed
+                if key not in seen:  # a bug already taken would be skipped as a repeat: not validated
+                    pending.append((key, pool.submit(_validate, spec, accept)))
+            key, job = pending.popleft()
+            rec, accepted = job.result()
             if rec and key not in seen:
                 if accepted:  # a refused bug may come again with other tests, which accept may take
                     seen.add(key)
@@ -454,8 +454,8 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
                     left_out.pop(key, None)
                 else:
                     left_out.setdefault(key, rec["instance_id"])
-        for f in pending:
-            f.cancel()
+        for _, job in pending:
+            job.cancel()
     if refused is not None:
         refused.extend(left_out.values())
     return records

@@ -337,7 +337,7 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     script = spec.eval_script_list
     env, start, end = _eval_parts(script)
     test_ids = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
-    pytest = "pytest" in _test_command(record)
+    pytest = not scan_only(record)
     held = held_out(record, limits=limits) if pytest and layers.probes else None
     with Container(image(record), limits=limits) as box:
         before, error = _apply(box, patch)
@@ -585,7 +585,7 @@ def compute_probes(record: dict, *, limits: Limits = Limits()) -> real_probes.He
     outcome is the same both times and comparable (a literal or a raise) and the base's another or none (a run cut
     at real_probes.TIMEOUT_S gives none for the probes it did not reach); up to probes.PER_TASK of them."""
     begin = time.monotonic()
-    if "pytest" not in _test_command(record):
+    if scan_only(record):
         return real_probes.Held((), "the test command is not pytest", 0, 0.0)
     spec = test_spec(record)
     script = spec.eval_script_list
