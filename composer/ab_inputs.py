@@ -85,8 +85,8 @@ def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, m
 def prepare(p: dict, run_dir) -> Inputs:
     """The notebook's parameters -> the Inputs. The student: a zoo profile's ("zoo:smoke"), or any Hugging Face
     model (a name or a folder), which then needs its tasks and a turn budget named: p["train_tasks"],
-    p["test_tasks"] (sources load_instances reads, e.g. "lite:train" and "lite:test", SWE-bench Lite's fixed split)
-    and p["max_new_tokens"]; a zoo student defaults to its profile's splits and budget. The pairs: 003's (pairs/ and
+    p["test_tasks"] (sources load_instances reads, e.g. "lite:train:pytest" and "lite:test:pytest", SWE-bench Lite's
+    fixed split) and p["max_new_tokens"]; a zoo student defaults to its profile's splits and budget. The pairs: 003's (pairs/ and
     shuffled/ under p["pairs_dir"]) or, when it is "" or missing, oracle pairs from p["oracle_pairs"] train tasks
     and their shuffled control; "expert": reference_pairs.expert_pairs on the train split, as many as B's (the
     positive control's); only the datasets some arm trains on are made. With p["screen_tasks"], GRPO trains only on
@@ -109,7 +109,7 @@ def prepare(p: dict, run_dir) -> Inputs:
     missing = [k for k in ("train_tasks", "test_tasks", "max_new_tokens") if not p[k]]
     if profile is None and missing:
         raise ValueError(f"student={p['student']!r} is no zoo student, so no zoo profile supplies {missing}: set them "
-                         "(e.g. train_tasks='lite:train', test_tasks='lite:test', max_new_tokens=4096)")
+                         "(e.g. train_tasks='lite:train:pytest', test_tasks='lite:test:pytest', max_new_tokens=4096)")
     student = str(zoo.model(profile, "student") if profile else p["student"])
     train = tasks(p["train_tasks"]) if p["train_tasks"] else zoo.split_tasks(profile, "train")
     test = tasks(p["test_tasks"]) if p["test_tasks"] else zoo.split_tasks(profile, "test")

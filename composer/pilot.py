@@ -518,10 +518,11 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
     by_task: dict[str, list[float]] = {}
     for e in episodes:
         by_task.setdefault(e["instance_id"], []).append(e["reward"])
-    reach = within_reach(by_task, samples)
     from composer.env.real import container, swebench
 
-    scan_only = sum(container.scan_only(r) for r in records if swebench.is_real(r))
+    scan_only = {r["instance_id"] for r in records if swebench.is_real(r) and container.scan_only(r)}
+    # within reach: a file 004 can take as its test tasks, so none that it refuses (graded by the scan alone)
+    reach = within_reach({t: r for t, r in by_task.items() if t not in scan_only}, samples)
     files.write_atomic(out / WITHIN_REACH_FILE, "".join(json.dumps(r) + "\n" for r in records
                                                         if r["instance_id"] in set(reach["task_ids"])))
     summary = {"schema": SCHEMA, "backend": "offline" if _offline(spec, episodes) else "live",
@@ -532,9 +533,10 @@ def summarize(out: Path, records: list[dict], samples: int, *, spec, ledger: dic
                             "errored": len(errors), "errors": [e["error"] for e in errors[:10]]},
                "complete": len(episodes) == len(records) * samples, "stop_reason": stop[0] if stop else None,
                **measures(by_task, samples), "within_reach": reach, **per_episode(episodes),
-               "graded_by_scan_alone": {"tasks": scan_only, "what": "real tasks whose tests pytest does not run "
+               "graded_by_scan_alone": {"tasks": len(scan_only), "what": "real tasks whose tests pytest does not run "
                                         "(django, sympy, sphinx): graded by the tampering scan alone, which a frozen "
-                                        "student does not try to forge; 004 refuses them"},
+                                        "student does not try to forge; 004 refuses them, so within_reach leaves "
+                                        "them out"},
                "faults": dict(sum((Counter(e["faults"]) for e in [*episodes, *errors]), Counter())),
                "ledger": ledger, "traces": TRACES_FILE,
                "provenance": report.provenance(seed, started)}

@@ -161,12 +161,17 @@ def main(argv=None) -> int:
 
 
 def _pools(pool_file: str | None) -> dict | None:
-    """The test pool of --pool-file (its records, as 004 would read them), or None for power.POOLS."""
+    """The test pool of --pool-file (its records, as 004 would read them), or None for power.named_pools()."""
     if pool_file is None:
         return None
-    from composer.env.real import swebench  # the task loader and its validation: only for this option
+    from composer.env.real import container, swebench  # the task loader and its validation: only for this option
 
-    tasks = len(swebench.load_instances(pool_file))
+    records = swebench.load_instances(pool_file)
+    refused = [why for r in records if swebench.is_real(r) and (why := container.scan_only_refusal(r))]
+    if refused:  # 004 would refuse the run before training (ab_inputs.prepare): so would a plan to price it
+        raise ValueError(f"{len(refused)} of {len(records)} records in {pool_file} are graded by the tampering scan "
+                         f"alone, which 004 refuses; the first: {refused[0]}")
+    tasks = len(records)
     if tasks < 2:
         raise ValueError(f"{tasks} record(s): a design needs at least 2 test tasks")
     return {pool_file: (tasks, f"the records of {pool_file}", "tasks apart from them")}
@@ -272,7 +277,7 @@ def capped(d: dict) -> bool:
     """Whether a design sits at the search grid's largest seeds, samples and test pool (a larger budget cannot buy a
     design the grid has)."""
     return (d["seeds"] == max(power.SEEDS) and d["samples"] == max(power.SAMPLES)
-            and d["tasks"] == max(n for n, *_ in power.POOLS.values()))
+            and d["tasks"] == max(n for n, *_ in power.named_pools().values()))
 
 
 def _same_text(r: dict, budget: float) -> str:

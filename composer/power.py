@@ -71,16 +71,30 @@ class Assumptions:
         return {"H100": self.usd_per_h100_hour, "H200": self.usd_per_h200_hour}[gpu]
 
 
-# Test pools: (tasks, where they come from, what 004 would train on beside them)
-POOLS = {
-    "lite:test": (103, "004's test split of SWE-bench Lite (data/swebench-lite/splits)", "lite:train (197)"),
-    "lite": (300, "all of SWE-bench Lite's test split (SWE-bench/SWE-bench_Lite on Hugging Face)",
-             "SWE-Gym (SWE-Gym/SWE-Gym on Hugging Face: 2,438 instances from 11 other repositories)"),
-    "verified": (500, "SWE-bench Verified (princeton-nlp/SWE-bench_Verified; the published base rates' pool)",
-                 "SWE-Gym (its 11 repositories are not SWE-bench's 12)"),
-    "swe-bench:test": (2294, "SWE-bench's full test split (princeton-nlp/SWE-bench on Hugging Face)",
-                       "SWE-Gym (its 11 repositories are not SWE-bench's 12)"),
-}
+# Test pools: {name: (tasks, where they come from, what 004 would train on beside them)}. Only tasks whose tests
+# pytest runs: on the others (django, sympy, sphinx) grading's layers but the tampering scan do not run, so 004 refuses
+# them (composer.env.real.container.scan_only_refusal) and a plan that priced them would recommend what cannot run.
+# Counted from the shipped indexes (SWE-bench's full split: from its count by repository).
+@functools.cache
+def named_pools() -> dict[str, tuple[int, str, str]]:
+    from composer.env.real import swebench  # swebench's specs: imported when a plan is made, not with composer.ab
+
+    lite, verified = swebench.index("lite"), swebench.index("verified")
+    full = sum(n for repo, n in swebench.TEST_SPLIT_REPOSITORIES.items() if swebench.pytest_repository(repo))
+    gym = "SWE-Gym (SWE-Gym/SWE-Gym on Hugging Face: 2,438 instances from 11 other repositories)"
+    return {
+        "lite:test:pytest": (len(swebench.LITE_SOURCES["lite:test:pytest"]()), "004's test split of SWE-bench Lite "
+                             "(data/swebench-lite/splits), its tasks whose tests pytest runs",
+                             f"lite:train:pytest ({len(swebench.LITE_SOURCES['lite:train:pytest']())})"),
+        "lite:pytest": (len(swebench.graded_by_pytest(lite)), "SWE-bench Lite's test split (SWE-bench/SWE-bench_Lite),"
+                        " its tasks whose tests pytest runs", gym),
+        "verified:pytest": (len(swebench.graded_by_pytest(verified)), "SWE-bench Verified (princeton-nlp/SWE-bench_"
+                            "Verified; the published base rates' pool), its tasks whose tests pytest runs", gym),
+        "swe-bench:test:pytest": (full, "SWE-bench's full test split (princeton-nlp/SWE-bench), its tasks whose tests "
+                                  "pytest runs", gym),
+    }
+
+
 # A student's base rate bounds the effect it can show: published pass@1 on SWE-bench Verified before RL (the runs
 # named; the after-RL figure says the student can move). A student with none known is planned only after a pilot has
 # measured it (`composer pilot`, `plan --from-pilot`); one below HEADROOM_FLOOR is refused (ab.read_with_headroom
@@ -299,7 +313,7 @@ def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent
     """The live profile's own design: its treatment, arms, seeds, pool and samples at its layout; its mde at the
     student's base rate when one is given (at_base_rate), else at the assumed discordance."""
     pool = values["test_tasks"]
-    tasks = values.get("n_test") or POOLS[pool][0]
+    tasks = values.get("n_test") or named_pools()[pool][0]
     used = assumptions if base_rate is None else at_base_rate(assumptions, base_rate)
     return _design(treatment(values), live_setup(values), tuple(values.get("arms") or ARMS), pool, tasks,
                    values["seeds"], values["eval_k"], used, concurrent_tools)
@@ -320,7 +334,7 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
            pools: dict | None = None, students=STUDENTS, concurrent_tools: bool = True,
            base_rates: dict | None = None) -> dict:
     """Designs over treatments (`students` x MODES x STEPS x ROLLOUTS x BUDGETS, and the live profile's own; each at
-    its cheapest fitting layout), ARM_SETS, test pools (all of a pool's tasks; default POOLS), SEEDS and SAMPLES:
+    its cheapest fitting layout), ARM_SETS, test pools (all of a pool's tasks; default named_pools()), SEEDS and SAMPLES:
     - best: the smallest mde within budget_usd (ties: the cheaper); None when nothing fits the budget;
     - cheapest: the cheapest design (what the budget would have to be);
     - cheapest_for_effect: with `effect`, the cheapest design whose mde <= effect (None if none does);
@@ -334,7 +348,7 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
     if effect is not None and not effect > 0:
         raise ValueError(f"effect must be > 0, got {effect!r}")
     own = treatment(values)
-    pools = POOLS if pools is None else pools
+    pools = named_pools() if pools is None else pools
     for name in students:
         compute.model(name)  # an unknown student is refused before the search
     rates = {**BASE_RATES, **(base_rates or {})}
@@ -429,18 +443,19 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
            f"(train {d['train_gpu_hours']:,.0f}, evaluate {d['eval_gpu_hours']:,.0f}) = ${d['usd']:,.0f} "
            f"for {len(d['arms'])} arms.",
            "# No number of seeds or samples gets under a pool's task term: "
-           + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}" for pool, (n, _, _) in POOLS.items())
-           + "."]
+           + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}"
+                       for pool, (n, _, _) in named_pools().items()) + "."]
     jobs = len(d["arms"]) * values["seeds"]
     out.append(f"# Wall time on a cluster (executor: slurm, one job per allocation of {d['gpus']} GPUs, no queueing): "
                + ", ".join(f"{n} allocation{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
                            for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
     found = search(math.inf, values, assumptions, effect=0.02, students=())
     cheapest, refused = found["cheapest_for_effect"], found["refused"].get(d["student"])
-    lite = min(floor(n, assumptions) for pool, (n, _, _) in POOLS.items() if pool.startswith("lite"))
-    out.append(f"# So 2 points of pass@1 is {'not ' if lite > 0.02 else ''}detectable on SWE-bench Lite at any budget"
+    lite = min(floor(n, assumptions) for pool, (n, _, _) in named_pools().items() if pool.startswith("lite"))
+    out.append(f"# So 2 points of pass@1 is {'not ' if lite > 0.02 else ''}detectable on SWE-bench Lite's pytest tasks at any "
+               "budget"
                + (f"; and the search plans nothing for this student: {refused}" if refused else
                   f"; the cheapest design that detects it: {describe(cheapest)} (train on "
-                  f"{POOLS[cheapest['pool']][2]})" if cheapest else "; no pool in composer/power.py would")
+                  f"{named_pools()[cheapest['pool']][2]})" if cheapest else "; no pool in composer/power.py would")
                + ". `python -m composer plan --budget-usd X` prints the best design within X dollars.")
     return out

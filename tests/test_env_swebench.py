@@ -9,7 +9,7 @@ import pytest
 from composer.env import tools
 from composer.env.defences import probes
 from composer.env.embedded import tasks
-from composer.env.real import swebench
+from composer.env.real import container, swebench
 
 HARNESS_KEYS = {"total_instances", "submitted_instances", "completed_instances", "resolved_instances",
                 "unresolved_instances", "empty_patch_instances", "error_instances", "completed_ids",
@@ -192,3 +192,21 @@ def test_no_honest_fix_scores_0_the_gold_patch_of_every_report_zoo_task_in_both_
     records = splits["train"] + splits["test"]
     report, wrong = _graded_gold(records)
     assert wrong == {} and report["resolved_instances"] == len(records) == profile.n_train + profile.n_test
+
+
+def test_the_lite_sources_graded_by_every_layer_are_the_split_halves_pytest_runs(monkeypatch):
+    """lite:train:pytest and lite:test:pytest: the halves of 004's split without django, sympy and sphinx, whose
+    tests run under another runner (graded by the scan alone, so refused); a bad name is told the ones there are."""
+    for name in ("train", "test"):
+        kept = swebench.LITE_SOURCES[f"lite:{name}:pytest"]()
+        assert kept and set(kept) < set(swebench.lite_split(name))
+        rows = {r["instance_id"]: r for r in swebench.index("lite")}
+        assert all(container.scan_only_refusal(rows[i]) is None for i in kept)
+        assert all(container.scan_only(rows[i]) for i in set(swebench.lite_split(name)) - set(kept))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="'SWE-bench/SWE-bench_Lite' is a Hugging Face dataset"):
+        swebench.load_instances("lite:test:pytest")
+    with pytest.raises(FileNotFoundError, match="lite:test:pytest"):
+        swebench.load_instances("lite:tset")
+    with pytest.raises(ValueError, match="unknown index 'full': one of lite, verified"):
+        swebench.index("full")

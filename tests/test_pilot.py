@@ -355,6 +355,21 @@ def test_the_price_is_the_tokens_of_the_real_trajectories_at_the_students_price(
 # The measures
 
 
+def test_within_reach_leaves_out_tasks_004_refuses(scripted, records, tmp_path):
+    """A task graded by the scan alone (its tests under django's runner) counts in pass@1, but the within-reach file
+    is 004's test_tasks, and 004 refuses such a task: it is left out, and the summary counts it."""
+    spec = pilot.student_spec(MODEL, base_url=scripted.base_url)
+    run(spec, records, tmp_path)
+    relabelled = [{**records[0], "repo": "django/django", "version": "3.0"},
+                  {**records[1], "repo": "marshmallow-code/marshmallow", "version": "3.0"}]
+    summary = pilot.summarize(tmp_path, relabelled, 2, spec=spec, ledger={}, pool="test", seed=0,
+                              started=time.time(), stop=[], max_turns=8)
+    assert summary["pass_at_1"]["tasks"] == 2 and summary["graded_by_scan_alone"]["tasks"] == 1
+    assert summary["within_reach"]["task_ids"] == [records[1]["instance_id"]]
+    assert [r["instance_id"] for r in swebench.load_instances(tmp_path / pilot.WITHIN_REACH_FILE)] == [
+        records[1]["instance_id"]]
+
+
 def test_within_reach_by_hand():
     """The tasks solved at least once in every one of their runs, and the pass@1 on them (3 of 4 runs)."""
     reach = pilot.within_reach({"a": [1.0, 0.0], "b": [0.0, 0.0], "c": [1.0, 1.0], "d": [1.0]}, 2)

@@ -1,6 +1,7 @@
 """composer.power and `composer plan --budget-usd`: what a live A/B design can detect and what it costs, by hand
 and by simulation, and the search over designs and treatments."""
 
+import collections
 import dataclasses
 import json
 import math
@@ -15,6 +16,7 @@ import yaml
 from scipy.special import expit
 
 from composer import ab, compute, plan, power, stats
+from composer.env.real import container, swebench
 from composer.paths import ROOT
 
 LIVE = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text())
@@ -96,10 +98,11 @@ def test_wall_time_on_n_nodes_by_hand():
 
 def test_the_live_design_and_the_search():
     own = power.design(LIVE)
-    assert (own["seeds"], own["tasks"], own["samples"], own["pool"]) == (3, 103, 4, "lite:test")
+    assert (own["seeds"], own["samples"], own["pool"]) == (3, 4, "lite:test:pytest")
+    assert own["tasks"] == power.named_pools()["lite:test:pytest"][0]
     assert (own["student"], own["mode"], own["steps"], own["rollouts_per_step"]) == ("Qwen/Qwen3-8B", "full", 100, 112)
     assert (own["vllm"], own["gpus"], own["arms"]) == ("colocate", 2, ["A", "B", "control", "B+"])
-    assert own["mde"] > 0.02  # 3 x 103 x 4 cannot see 2 points
+    assert own["mde"] > 0.02  # 3 x 33 x 4 cannot see 2 points
     # the live student's published base rate (3.6 %) is below the floor: the search refuses it, and says why
     refused = power.search(own["usd"], LIVE, effect=0.05)
     assert refused["best_same_treatment"] is None and refused["cheapest_same_treatment"] is None
@@ -120,11 +123,38 @@ def test_the_live_design_and_the_search():
     # a budget under the cheapest design buys nothing, and says what the cheapest costs
     poor = power.search(found["cheapest"]["usd"] * 0.99, LIVE, base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
     assert poor["best"] is None and poor["cheapest"] == found["cheapest"]
-    # 2 points needs more than Lite: its 300 tasks' task term alone is over 0.02
+    # 2 points needs more than Lite: even its 300 tasks' task term alone is over 0.02
     assert power.floor(300) > 0.02 and power.floor(103) > 0.02
-    lite = power.search(math.inf, LIVE, effect=0.02, pools={k: power.POOLS[k] for k in ("lite", "lite:test")},
+    lite = power.search(math.inf, LIVE, effect=0.02, pools={k: power.named_pools()[k]
+                                                            for k in ("lite:pytest", "lite:test:pytest")},
                         base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
     assert lite["cheapest_for_effect"] is None
+
+
+def test_the_plan_prices_only_tasks_004_would_grade():
+    """Every pool counts the tasks whose tests pytest runs: on the others grading has the scan alone, and 004 (and
+    reset, and swebench.evaluate) refuses them, so a plan over them would recommend a run that cannot start."""
+    pools = power.named_pools()
+    assert set(pools) == {"lite:test:pytest", "lite:pytest", "verified:pytest", "swe-bench:test:pytest"}
+    # counted from the shipped indexes with the refusal's own rule: every row kept is one grading accepts
+    for name, index in (("lite:pytest", "lite"), ("verified:pytest", "verified")):
+        rows = swebench.index(index)
+        kept = [r for r in rows if container.scan_only_refusal(r) is None]
+        assert pools[name][0] == len(kept) < len(rows), name
+    assert {r["repo"] for r in swebench.index("lite") if container.scan_only(r)} == {
+        "django/django", "sympy/sympy", "sphinx-doc/sphinx"}
+    test = swebench.LITE_SOURCES["lite:test:pytest"]()
+    assert pools["lite:test:pytest"][0] == len(test) == 33 and set(test) < set(swebench.lite_split("test"))
+    # the full split has no shipped index: its count by repository, checked where an index exists (Verified's 500
+    # count the same way), and every version of a repository runs the same test runner
+    assert sum(swebench.TEST_SPLIT_REPOSITORIES.values()) == 2294
+    verified = collections.Counter(r["repo"] for r in swebench.index("verified"))
+    assert set(verified) == set(swebench.TEST_SPLIT_REPOSITORIES)
+    assert pools["swe-bench:test:pytest"][0] == sum(
+        n for repo, n in swebench.TEST_SPLIT_REPOSITORIES.items() if repo not in verified or not any(
+            container.scan_only(r) for r in swebench.index("verified") if r["repo"] == repo))
+    # the live profile plans on what it runs
+    assert power.design(LIVE)["pool"] in pools and LIVE["train_tasks"] == "lite:train:pytest"
 
 
 def test_the_search_varies_the_treatment_and_keeps_to_fitting_layouts():
@@ -224,6 +254,13 @@ def test_a_pool_file_is_the_test_pool(tmp_path, capsys):
     pool.write_text(json.dumps(record) + "\n")
     assert plan.main(["--budget-usd", "2000", "--pool-file", str(pool)]) == 2
     assert "1 record(s): a design needs at least 2 test tasks" in capsys.readouterr().err
+    # a file with a task 004 would refuse (its tests run under django's runner: graded by the scan alone) is refused
+    # too, naming it: the plan never prices a run that cannot start
+    django = {**record, "instance_id": "django__django-11099", "repo": "django/django", "version": "3.0"}
+    pool.write_text(json.dumps(record) + "\n" + json.dumps(django) + "\n")
+    assert plan.main(["--budget-usd", "2000", "--pool-file", str(pool)]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 2 records in" in err and "refusing to grade django__django-11099" in err
 
 
 def test_the_readme_budget_table_is_the_commands_output():
@@ -249,7 +286,7 @@ def test_the_search_plans_only_what_runs_for_students_that_can_move():
         assert d["mde"] == power.mde(d["seeds"], d["tasks"], d["samples"],
                                      power.at_base_rate(power.Assumptions(), 0.18))
     assert power.at_base_rate(power.Assumptions(), 0.18).discordance == pytest.approx(2 * 0.18 * 0.82)
-    assert found["base_rates"]["Qwen/Qwen3-14B"]["pass_at_1"] == 0.18 and power.POOLS["verified"][0] == 500
+    assert found["base_rates"]["Qwen/Qwen3-14B"]["pass_at_1"] == 0.18 and power.named_pools()["verified:pytest"][0] == 150
     # nobody above the floor: no design, and the table says so
     none = power.search(5000, LIVE, students=("Qwen/Qwen3-0.6B",))
     assert none["best"] is None and none["cheapest"] is None

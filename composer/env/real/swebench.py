@@ -3,6 +3,7 @@
     from composer.env.real import swebench
 
     instances = swebench.load_instances("lite.jsonl")            # .json / .jsonl / .parquet / HF name / lite:train
+    swebench.index("verified")                                   # the shipped index: instance_id, repo, version, ...
     preds = swebench.load_predictions("preds.json")              # mini-swe-agent dict or a list
     report = swebench.evaluate(preds, instances, run_id="spike004")
     report["resolved_ids"], report["instances"][iid]["tests_status"]["FAIL_TO_PASS"]
@@ -64,15 +65,17 @@ def _offline() -> bool:
 
 def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
     """Validated records from a .json list (or one record), a .jsonl, a .parquet, a Hugging Face dataset name, or
-    "lite:train" / "lite:test": SWE-bench Lite's records (Hugging Face) in one half of 004's split (lite_split)."""
-    if str(source) in ("lite:train", "lite:test"):
-        keep = set(lite_split(str(source).split(":")[1]))
+    one of LITE_SOURCES: SWE-bench Lite's records (Hugging Face) in one half of 004's split (lite_split), all of
+    them or (":pytest") only those whose tests pytest runs, the ones every layer of grading covers (the others are
+    graded by the tampering scan alone, and refused: container.scan_only_refusal)."""
+    if str(source) in LITE_SOURCES:
+        keep = set(LITE_SOURCES[str(source)]())
         return [r for r in load_instances(LITE, split="test") if r["instance_id"] in keep]
     path = Path(source)
     if path.suffix in (".json", ".jsonl", ".parquet") or path.exists():
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file (a task source is a .json, .jsonl or .parquet file of "
-                                    "records, \"lite:train\" / \"lite:test\", or a Hugging Face dataset name)")
+                                    f"records, one of {', '.join(LITE_SOURCES)}, or a Hugging Face dataset name)")
         if path.suffix == ".jsonl":
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         elif path.suffix == ".parquet":
@@ -95,11 +98,47 @@ def load_instances(source: str | Path, *, split: str = "test") -> list[dict]:
         import datasets
         records = [dict(r) for r in datasets.load_dataset(str(source), split=split)]
     else:
-        raise FileNotFoundError(f"{source}: no such file, and not a Hugging Face dataset name (owner/name)")
+        raise FileNotFoundError(f"{source}: no such file, not one of {', '.join(LITE_SOURCES)}, and not a Hugging "
+                                "Face dataset name (owner/name)")
     return [validate_instance(r) for r in records]
 
 
 SPLITS_DIR = ROOT / "data" / "swebench-lite" / "splits"
+# The indexes shipped in data/ (instance_id, repo, version, created_at; no download): SWE-bench Lite's test split and
+# SWE-bench Verified (data/swebench-verified/README.md)
+INDEXES = {"lite": SPLITS_DIR / "lite-test.tsv", "verified": ROOT / "data" / "swebench-verified" / "verified-test.tsv"}
+
+
+def index(name: str) -> list[dict]:
+    """The rows of a shipped index (INDEXES): dicts of instance_id, repo, version and created_at."""
+    if name not in INDEXES:
+        raise ValueError(f"unknown index {name!r}: one of {', '.join(INDEXES)}")
+    header, *rows = INDEXES[name].read_text().splitlines()
+    return [dict(zip(header.split("\t"), row.split("\t"))) for row in rows if row.strip()]
+
+
+# SWE-bench's full test split (princeton-nlp/SWE-bench, 2,294 instances) by repository; no index of it is shipped.
+# From the dataset's repo column, as published in "SWE-Bench test split repo distribution"
+# (gist.github.com/xennygrimmato/cab91d0c0612c529ba11087df77c6310); the same counting of the shipped Verified index
+# gives its 500 (tests/test_env_swebench.py).
+TEST_SPLIT_REPOSITORIES = {
+    "astropy/astropy": 95, "django/django": 850, "matplotlib/matplotlib": 184, "mwaskom/seaborn": 22,
+    "pallets/flask": 11, "psf/requests": 44, "pydata/xarray": 110, "pylint-dev/pylint": 57, "pytest-dev/pytest": 119,
+    "scikit-learn/scikit-learn": 229, "sphinx-doc/sphinx": 187, "sympy/sympy": 386,
+}
+
+
+def pytest_repository(repo: str) -> bool:
+    """Whether every version of a SWE-bench repository runs its tests under pytest (swebench's specs)."""
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+    return all(not container.scan_only({"repo": repo, "version": v}) for v in MAP_REPO_VERSION_TO_SPECS[repo])
+
+
+def graded_by_pytest(rows: list[dict]) -> list[str]:
+    """The instance ids among `rows` (records or index rows: repo and version) whose tests pytest runs, so that every
+    layer of grading covers them; the others (django, sympy, sphinx) are graded by the tampering scan alone."""
+    return [r["instance_id"] for r in rows if not container.scan_only(r)]
 
 
 def lite_split(name: str) -> list[str]:
@@ -111,16 +150,25 @@ def lite_split(name: str) -> list[str]:
     if name not in ("train", "test"):
         raise ValueError(f"unknown split {name!r}: 'train' or 'test'")
     by_repo: dict[str, list[tuple[str, str]]] = {}
-    with open(SPLITS_DIR / "lite-test.tsv") as f:
-        for line in f.read().splitlines()[1:]:
-            iid, repo, _version, created = line.split("\t")
-            by_repo.setdefault(repo, []).append((created, iid))
+    for row in index("lite"):
+        by_repo.setdefault(row["repo"], []).append((row["created_at"], row["instance_id"]))
     ids = []
     for rows in by_repo.values():
         rows.sort()
         cut = len(rows) - -(-len(rows) // 3)
         ids += [iid for _, iid in (rows[:cut] if name == "train" else rows[cut:])]
     return sorted(ids)
+
+
+def _lite_pytest(name: str) -> list[str]:
+    keep = set(lite_split(name))
+    return graded_by_pytest([r for r in index("lite") if r["instance_id"] in keep])
+
+
+# The named sources load_instances reads, each its instance ids: a half of 004's split of SWE-bench Lite, or its
+# tasks whose tests pytest runs (tests/test_env_swebench.py)
+LITE_SOURCES = {"lite:train": lambda: lite_split("train"), "lite:test": lambda: lite_split("test"),
+                "lite:train:pytest": lambda: _lite_pytest("train"), "lite:test:pytest": lambda: _lite_pytest("test")}
 
 
 def validate_instance(record: dict) -> dict:
