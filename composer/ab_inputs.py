@@ -12,7 +12,6 @@ arms.plan_from_parameters then makes the Plan from the parameters and these inpu
 import dataclasses
 import functools
 import json
-from importlib.util import find_spec
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def prepare(p: dict, run_dir) -> Inputs:
     from composer import pairs, pilot, reference_pairs, zoo
     from composer.env.environment import tool_schemas
     from composer.env.real import container
-    from composer.env.real.swebench import is_real, load_instances, real_missing
+    from composer.env.real.swebench import is_real, load_instances, real_missing, scan_only_preflight
     from composer.paths import ROOT
 
     def local(source: str):  # a path in the checkout, or what load_instances reads as it is
@@ -116,13 +115,10 @@ def prepare(p: dict, run_dir) -> Inputs:
     test = test[:p["n_test"]] if p["n_test"] else test
     env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
     max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
-    scan_only = {name: [t for t in split if is_real(t) and find_spec("swebench") and container.scan_only(t)]
-                 for name, split in (("test", test), ("train", train))}
-    every = scan_only["test"] + scan_only["train"]
-    if every and (refused := container.scan_only_refusal(every[0], env.grade_scan_only)):  # before training
-        raise ValueError(f"{len(scan_only['test'])} of the {len(test)} test tasks and {len(scan_only['train'])} of the "
-                         f"{len(train)} train tasks ({', '.join(sorted({t['repo'] for t in every}))}) would be graded "
-                         f"by the tampering scan alone; the first: {refused}")
+    refused = scan_only_preflight({"test": test, "train": train}, env.grade_scan_only)
+    if refused:  # before training
+        raise ValueError(refused)
+    scan_only = sum(is_real(t) and container.scan_only(t) for t in test + train)  # on the opt-in: the notes say
     cannot = {t["instance_id"]: m for t in train + test if is_real(t) and (m := real_missing(t))}
     if cannot:  # before hours of training, not at the first episode on such a task
         first, problems = next(iter(cannot.items()))
@@ -188,4 +184,4 @@ def prepare(p: dict, run_dir) -> Inputs:
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
                   pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened,
                   test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None,
-                  scan_only=len(every))
+                  scan_only=scan_only)

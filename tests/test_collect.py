@@ -404,3 +404,22 @@ def test_002a_live_profile_runs_on_a_real_instance_in_containers(real_record, tm
     assert m["tool_calls"] >= 6 and m["completeness"]["complete"] == 2
     assert any("1 real SWE-bench instance(s) run in containers" in n for n in results["notes"])
     assert any(n.startswith("instances: 1 from data/swebench-lite/marshmallow") for n in results["notes"])
+
+
+def test_002a_refuses_real_tasks_graded_by_the_scan_alone_before_anything_runs(tmp_path, capsys):
+    """A task whose tests run under django's runner is graded by the tampering scan alone: 002a stops on it at its
+    first cell, before any image is needed or anything trains, naming the opt-in (no engine or image is used)."""
+    from composer import run
+
+    record = json.loads((ROOT / "data/swebench-lite/marshmallow-code__marshmallow-1343.json").read_text())
+    record = record[0] if isinstance(record, list) else record
+    django = tmp_path / "tasks" / "django.json"
+    django.parent.mkdir()
+    django.write_text(json.dumps({**record, "instance_id": "django__django-11099", "repo": "django/django",
+                                  "version": "3.0"}))
+    overrides = {"student": "zoo:smoke", "trainer_config": {}, "n_prompts": 1, "generations": 2, "steps": 1,
+                 "tasks_source": str(django), "run_dir": str(tmp_path / "run")}
+    assert run.run("002a", profile="live", overrides=overrides, reports_dir=tmp_path) != 0
+    err = capsys.readouterr().err
+    assert "1 of the 1 train tasks (django/django) would be graded by the tampering scan alone" in err
+    assert "COMPOSER_GRADE_SCAN_ONLY=1" in err and not (tmp_path / "run").exists()

@@ -69,6 +69,15 @@ def test_hygiene(path):
     assert list(papermill.inspect_notebook(str(path))) == names, "papermill must see every assignment as a parameter"
 
 
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=ids)
+def test_no_notebook_rewards_embedded_tasks_without_probes(path):
+    """A task set whose reward trains or evaluates comes from probes.rewarded (every task with held-out probes): on a
+    task without them, a forger that reports its seen tests as passed gets reward 1.0 (tests/test_probes.py).
+    tasks.generate alone (which benchmarks and examples call) makes such tasks, so no spike calls it."""
+    code = "\n".join(c.source for c in nbformat.reads(_stored(path), as_version=4).cells if c.cell_type == "code")
+    assert "tasks.generate(" not in code, "use probes.rewarded(n, ...)[0]: every task with held-out probes"
+
+
 def _as_jupyterlab_saves_it(path):
     """The notebook at `path` run and saved: outputs, execution counts, the kernel's language_info and the cell
     timings JupyterLab records (what made a tracked file grow 16 KB -> 215 KB when its autosave wrote it)."""

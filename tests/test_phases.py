@@ -13,6 +13,7 @@ import pytest
 from transformers.utils import get_json_schema
 
 from composer import collect, phases, run
+from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, TRLCodingEnv
 
@@ -90,7 +91,7 @@ def pilot(tmp_path_factory):
         backend="offline", tasks_source="embedded", policy="expert", n_prompts=profile["steps"], generations=2,
         max_completion_length=4000, max_tool_calling_iterations=12, env_max_steps=8,
         trainer_config={"report_to": profile["trainer_config"]["report_to"]}))
-    instances = tasks.generate(values["n_prompts"], seed=values["seed"])
+    instances = probes.rewarded(values["n_prompts"], seed=values["seed"])[0]
     run_dir = tmp_path_factory.mktemp("pilot")
     result = collect.collect_trl(
         tiny_model(), instances, run_dir, resume=False, steps=values["steps"],

@@ -370,6 +370,19 @@ def test_within_reach_leaves_out_tasks_004_refuses(scripted, records, tmp_path):
         records[1]["instance_id"]]
 
 
+def test_the_pilot_opts_in_to_grading_tasks_the_scan_alone_grades(scripted, records, tmp_path):
+    """Its student is frozen (nothing is trained to forge), so the pilot measures the base rate on every task: it
+    opts in where CodingEnv refuses by default. A record of django's (no image here) gets past the refusal to the
+    missing image; with the environment's default it stops at the refusal."""
+    spec = pilot.student_spec(MODEL, base_url=scripted.base_url)
+    django = [{**records[0], "repo": "django/django", "version": "3.0"}]
+    summary = run(spec, django, tmp_path / "pilot", env_config=None, samples=1)
+    errors = summary["episodes"]["errors"]
+    assert errors and not any("refusing to grade" in e for e in errors), errors
+    strict = run(spec, django, tmp_path / "strict", env_config=EnvConfig(max_steps=8), samples=1)
+    assert any("refusing to grade" in e for e in strict["episodes"]["errors"])
+
+
 def test_within_reach_by_hand():
     """The tasks solved at least once in every one of their runs, and the pass@1 on them (3 of 4 runs)."""
     reach = pilot.within_reach({"a": [1.0, 0.0], "b": [0.0, 0.0], "c": [1.0, 1.0], "d": [1.0]}, 2)

@@ -246,10 +246,10 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         no task at all (reset is driven by trusted code; only step() takes the policy's input)."""
         instance = swebench.validate_instance(instance) if instance is not None else self._pick(seed, instance_id)
         real = swebench.is_real(instance)
+        if real and (refused := container.scan_only_refusal(instance, self.config.grade_scan_only)):
+            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")  # before an image
         if real and (missing := swebench.real_missing(instance)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: " + "; and ".join(missing))
-        if real and (refused := container.scan_only_refusal(instance, self.config.grade_scan_only)):
-            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         if not real and (refused := sandbox.grading_refusal(self.config.grade_uncontained)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         self._end()

@@ -16,9 +16,11 @@ import, and processes anywhere; ending the process; rigged comparisons (a class 
 methods, a subclass of a builtin value type, a class built by `type()`, methods assigned at run time, unittest.mock);
 encoded payloads (base64, zlib, marshal, pickle); compiled code. A finding counts where the change adds it: there are
 more constructs of that kind in the file after the change than before, so a repository that already uses threads or
-`inspect` is flagged only for new uses, and a function renamed or moved carries its constructs with it. A file that does
-not parse is skipped (importing it fails, and so do its tests); one nested too deeply for the default recursion limit is
-read with a raised one, as a library that raises it imports it, and one deeper still is decisive. pytest's own internals
+`inspect` is flagged only for new uses, and a function renamed or moved carries its constructs with it. A changed file
+this Python cannot parse is decisive: a newer Python (an instance image's) may import what this one cannot read (PEP
+695's `type X = ...`), so its payload would run unscanned; an honest fix that writes a file no Python parses fails its
+tests anyway. One nested too deeply for the default recursion limit is read with a raised one, as a library that
+raises it imports it, and one deeper still is decisive. pytest's own internals
 are not findings in pytest's and pluggy's own source (`_pytest/`, `pytest/`, `pluggy/`, `py/`), where they are the code
 under test.
 
@@ -31,7 +33,7 @@ sandbox's names, tracing hooks, ending the process at once, a function's code sw
 each of them by any name: an attribute read through getattr, a namespace's `__dict__` or vars() (a string that is
 exactly a guarded name), a function or code object built from another's code, code, imports and names spelled from
 literals (decoded, joined, concatenated), a descriptor numbered by literals (the outcome channel's), a file too deep to
-read. A name computed from what the code receives at run time stays for review: libraries import, exec and getattr such
+read or in a syntax this Python does not know. A name computed from what the code receives at run time stays for review: libraries import, exec and getattr such
 names every day. The attacks themselves are scored by the layers that do not recognise anything: canaries
 (composer.env.defences.canaries) catch forged outcomes however they were made, plain values undo rigged comparisons,
 and held-out probes catch answers hard-coded to the tests' inputs.
@@ -138,8 +140,9 @@ COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
 DECISIVE = ("the outcome plugin's internals", "the grading's own names", "tracing hooks", "ending the process at once",
             "a function's code replaced at run time", "a function built from another code object",
             "code or a name hidden in literals", "an inherited file descriptor", "compiled code",
-            "a file nested too deeply to scan")
+            "a file nested too deeply to scan", "a file this Python cannot parse")
 TOO_DEEP = "a file nested too deeply to scan"
+UNPARSED = "a file this Python cannot parse"
 # A file nested too deeply for the default recursion limit is parsed again in a thread with this stack and limit (what
 # a library can do to import it: sympy's polys/numberfields/resolvent_lookup.py nests 569 levels); one deeper still is
 # decisive, as its payload would run unscanned.
@@ -162,7 +165,8 @@ def scan(before: dict[str, str | bytes | None], after: dict[str, str | bytes | N
             continue
         own_pytest = bool(PYTEST_PACKAGES & set(PurePosixPath(path).parts[:-1]))
         new = _findings(after[path], own_pytest)
-        if new is None:
+        if new is None:  # what it would run cannot be read (a newer Python's syntax may import): it scores 0
+            found.append(f"{UNPARSED} in {path}")
             continue
         old = Counter(key for key, _ in _findings(before.get(path) or b"", own_pytest) or [])
         seen = Counter()

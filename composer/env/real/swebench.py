@@ -269,6 +269,20 @@ def is_real(instance: dict) -> bool:
     return not instance["repo"].startswith(tasks.REPO_PREFIX)
 
 
+def scan_only_preflight(splits: dict[str, list[dict]], opt_in: bool = False) -> str | None:
+    """Before anything is trained or graded: why task sets ({name: records}) must not run, because real tasks among
+    them would be graded by the tampering scan alone (container.scan_only_refusal: counted per set, their
+    repositories and the first refusal, which names the opt-in), or None."""
+    found = {name: [t for t in split if is_real(t) and container.scan_only(t)] for name, split in splits.items()}
+    every = [t for found_in in found.values() for t in found_in]
+    refused = every and container.scan_only_refusal(every[0], opt_in)
+    if not refused:
+        return None
+    counts = " and ".join(f"{len(found[name])} of the {len(split)} {name} tasks" for name, split in splits.items())
+    return (f"{counts} ({', '.join(sorted({t['repo'] for t in every}))}) would be graded by the tampering scan alone; "
+            f"the first: {refused}")
+
+
 def real_missing(instance: dict) -> list[str]:
     """What grading a real record lacks here, in words (empty when it can run)."""
     missing = [] if importlib.util.find_spec("swebench") else [
