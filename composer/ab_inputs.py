@@ -27,7 +27,8 @@ class Inputs:
     from, in words; `oracle`: they are oracle pairs, not 003's; `screened`: None, or the screened task_ids, their
     successes, the samples per task and how many were kept; `test_scope`: None, or in words which tasks the test
     tasks are when they are a pilot's within-reach file (composer.pilot.reach_scope); `scan_only`: how many real
-    tasks are graded by the tampering scan alone, on the opt-in (container.scan_only_refusal)."""
+    tasks are graded by the tampering scan alone, on the opt-in (container.scan_only_refusal); `no_probes`: {id: why}
+    of the real tasks dropped for having no held-out probes (container.probes_refusal)."""
 
     student: str
     profile: object
@@ -41,6 +42,7 @@ class Inputs:
     screened: dict | None
     test_scope: str | None = None
     scan_only: int = 0
+    no_probes: dict = dataclasses.field(default_factory=dict)
 
 
 def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict:
@@ -84,17 +86,20 @@ def screen(student, tasks: list[dict], run_dir, *, n: int, temperature: float, m
 def prepare(p: dict, run_dir) -> Inputs:
     """The notebook's parameters -> the Inputs. The student: a zoo profile's ("zoo:smoke"), or any Hugging Face
     model (a name or a folder), which then needs its tasks and a turn budget named: p["train_tasks"],
-    p["test_tasks"] (sources load_instances reads, e.g. "lite:train:pytest" and "lite:test:pytest", SWE-bench Lite's
-    fixed split) and p["max_new_tokens"]; a zoo student defaults to its profile's splits and budget. The pairs: 003's (pairs/ and
-    shuffled/ under p["pairs_dir"]) or, when it is "" or missing, oracle pairs from p["oracle_pairs"] train tasks
-    and their shuffled control; "expert": reference_pairs.expert_pairs on the train split, as many as B's (the
-    positive control's); only the datasets some arm trains on are made. With p["screen_tasks"], GRPO trains only on
-    those first train tasks whose success rate `screen` finds strictly between 0 and 1. Refuses real SWE-bench
-    tasks this machine cannot run, a control of another size than B's pairs, and pairs from test tasks."""
+    p["test_tasks"] (sources load_instances reads, e.g. "lite:train:pytest" and "lite:test:pytest", SWE-bench
+    Lite's fixed split) and p["max_new_tokens"]; a zoo student defaults to its profile's splits and budget. The
+    pairs: 003's (pairs/ and shuffled/ under p["pairs_dir"]) or, when it is "" or missing, oracle pairs from
+    p["oracle_pairs"] train tasks and their shuffled control; "expert": reference_pairs.expert_pairs on the train
+    split, as many as B's (the positive control's); only the datasets some arm trains on are made. With
+    p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds strictly
+    between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this machine cannot
+    run, a control of another size than B's pairs, and pairs from test tasks; passes over real tasks without
+    held-out probes (Inputs.no_probes)."""
     from composer import pairs, pilot, reference_pairs, zoo
     from composer.env.environment import tool_schemas
     from composer.env.real import container
-    from composer.env.real.swebench import is_real, load_instances, real_missing, scan_only_preflight
+    from composer.env.real.swebench import (is_real, load_instances, real_missing, scan_only_preflight,
+                                            with_probes)
     from composer.paths import ROOT
 
     def local(source: str):  # a path in the checkout, or what load_instances reads as it is
@@ -112,18 +117,25 @@ def prepare(p: dict, run_dir) -> Inputs:
     student = str(zoo.model(profile, "student") if profile else p["student"])
     train = tasks(p["train_tasks"]) if p["train_tasks"] else zoo.split_tasks(profile, "train")
     test = tasks(p["test_tasks"]) if p["test_tasks"] else zoo.split_tasks(profile, "test")
-    test = test[:p["n_test"]] if p["n_test"] else test
     env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
     max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
     refused = scan_only_preflight({"test": test, "train": train}, env.grade_scan_only)
     if refused:  # before training
         raise ValueError(refused)
     scan_only = sum(is_real(t) and container.scan_only(t) for t in test + train)  # on the opt-in: the notes say
-    cannot = {t["instance_id"]: m for t in train + test if is_real(t) and (m := real_missing(t))}
+    used = train + test[:p["n_test"] or None]
+    cannot = {t["instance_id"]: m for t in used if is_real(t) and (m := real_missing(t))}
     if cannot:  # before hours of training, not at the first episode on such a task
         first, problems = next(iter(cannot.items()))
         raise RuntimeError(f"{len(cannot)} of the real SWE-bench tasks cannot run here, e.g. {first}: "
                            + "; ".join(problems))
+    # passed over: a reward on them would stand without held-out probes (n_test counts the tasks kept)
+    test, no_probes = with_probes(test, p["n_test"] or None, env.grade_without_probes)
+    train, passed = with_probes(train, None, env.grade_without_probes)
+    no_probes.update(passed)
+    if not train or not test:
+        raise ValueError(f"no {'train' if not train else 'test'} task is left once the {len(no_probes)} without "
+                         f"held-out probes are passed over; the first: {next(iter(no_probes.values()))}")
     source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
     oracle = not (p["pairs_dir"] and (source / "pairs").is_dir() and (source / "shuffled").is_dir())
     if oracle:
@@ -184,4 +196,4 @@ def prepare(p: dict, run_dir) -> Inputs:
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
                   pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened,
                   test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None,
-                  scan_only=scan_only)
+                  scan_only=scan_only, no_probes=no_probes)

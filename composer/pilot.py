@@ -463,8 +463,9 @@ async def run(spec: teachers.TeacherSpec, records: list[dict], out_dir, *, sampl
     (out / EPISODES_DIR).mkdir(parents=True, exist_ok=True)
     claim(out, spec)
     # A frozen student is under no pressure to forge, so real instances whose tests pytest does not run (graded by
-    # the tampering scan alone, which 004 refuses) are graded here, and the summary counts them
-    env_config = env_config or EnvConfig(max_steps=max_turns, grade_scan_only=True)
+    # the tampering scan alone, which 004 refuses) and those without held-out probes (which 004 drops) are graded
+    # here, and the summary counts the first
+    env_config = env_config or EnvConfig(max_steps=max_turns, grade_scan_only=True, grade_without_probes=True)
     store = teachers.Store(out / STORE_FILE, cap_usd=budget_usd)
     started = time.time()
     todo = [(r, s) for r in records for s in range(samples)

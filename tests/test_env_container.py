@@ -279,6 +279,33 @@ def test_an_instance_whose_tests_give_no_probe_gets_none_and_says_so(record):
     assert graded["tampering"]["probes"].startswith("none: no FAIL_TO_PASS test calls something with a literal")
 
 
+def test_an_instance_without_probes_is_refused_for_reward_and_passed_over_by_the_task_sets(record, monkeypatch):
+    """On an instance without held-out probes a forger answering only the inputs its tests show passes every other
+    layer: reset refuses it (naming the opt-in, which starts it), and with_probes, 004's and 002a's, passes over it
+    and counts it, before anything trains."""
+    moved = "tests/test_marshalling.py::test_missing_is_falsy"
+    other = {**record, "instance_id": f"{record['instance_id']}-noprobe", "image": container.image(record),
+             "FAIL_TO_PASS": json.dumps([moved]),
+             "PASS_TO_PASS": json.dumps([t for t in [F2P, *json.loads(record["PASS_TO_PASS"])] if t != moved])}
+    monkeypatch.delenv(container.PROBELESS_GRADING, raising=False)
+    env = CodingEnv(config=EnvConfig(max_steps=2))
+    try:
+        with pytest.raises(RuntimeError, match=r"refusing to grade .*-noprobe: it has no held-out probes \(no "
+                                               r"FAIL_TO_PASS test calls .*COMPOSER_GRADE_WITHOUT_PROBES=1"):
+            env.reset(instance=other)
+    finally:
+        env.close()
+    opted = CodingEnv(config=EnvConfig(max_steps=2, grade_without_probes=True))
+    try:
+        assert opted.reset(instance=other).done is False
+    finally:
+        opted.close()
+    kept, passed = swebench.with_probes([other, record])
+    assert kept == [record] and list(passed) == [other["instance_id"]]
+    assert swebench.with_probes([other, record], 1) == (kept, passed)
+    assert swebench.with_probes([other, record], None, True) == ([other, record], {})
+
+
 def test_an_attack_answering_only_the_hidden_tests_input_is_caught_by_the_probes(record):
     graded = container.grade(pred(record, VISIBLE_INPUT_ONLY), record, timeout_s=600)
     assert graded["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P] and not graded["tampering"]["forged"]

@@ -54,7 +54,9 @@ Episode rules (decisions, with the reason):
   is logged and named in each submit's info.grading.
 - Real instances whose tests pytest does not run (django's runtests.py, sympy's bin/test, sphinx's tox) get none
   of grading's layers but the tampering scan: reset refuses them unless EnvConfig(grade_scan_only=True) or
-  COMPOSER_GRADE_SCAN_ONLY=1 opts in (container.scan_only_refusal).
+  COMPOSER_GRADE_SCAN_ONLY=1 opts in (container.scan_only_refusal). Those pytest runs without held-out probes
+  (container.held_out found none) are refused likewise unless EnvConfig(grade_without_probes=True) or
+  COMPOSER_GRADE_WITHOUT_PROBES=1 (container.probes_refusal).
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
@@ -111,6 +113,9 @@ class EnvConfig:
     # grade real instances whose tests pytest does not run (django, sympy, sphinx), where only the tampering scan
     # stands: said in the report (container.scan_only_refusal: reset refuses them otherwise)
     grade_scan_only: bool = False
+    # grade real instances that have no held-out probes, where a submission answering only the inputs the tests show
+    # passes: said in the report (container.probes_refusal: reset refuses them otherwise)
+    grade_without_probes: bool = False
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
     search_max_matches: int = 50
@@ -250,6 +255,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")  # before an image
         if real and (missing := swebench.real_missing(instance)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: " + "; and ".join(missing))
+        if real and (refused := container.probes_refusal(instance, self.config.grade_without_probes)):
+            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         if not real and (refused := sandbox.grading_refusal(self.config.grade_uncontained)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         self._end()

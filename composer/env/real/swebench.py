@@ -283,6 +283,25 @@ def scan_only_preflight(splits: dict[str, list[dict]], opt_in: bool = False) -> 
             f"the first: {refused}")
 
 
+def with_probes(records: list[dict], n: int | None = None, opt_in: bool = False) -> tuple[list[dict], dict[str, str]]:
+    """The first n of `records` (None: all) in order, passing over the real ones that have no held-out probes
+    (container.probes_refusal: computed once per image and instance, then cached; a reward on them would stand
+    without that layer), and {instance_id: why} of those passed over. Raises RuntimeError, naming what is missing,
+    when a real record it reaches cannot run here (its image, the engine)."""
+    kept, passed = [], {}
+    for r in records:
+        if n is not None and len(kept) == n:
+            break
+        if is_real(r) and not container.scan_only(r):
+            if missing := real_missing(r):
+                raise RuntimeError(f"cannot compute {r['instance_id']}'s held-out probes: " + "; and ".join(missing))
+            if why := container.probes_refusal(r, opt_in):
+                passed[r["instance_id"]] = why
+                continue
+        kept.append(r)
+    return kept, passed
+
+
 def real_missing(instance: dict) -> list[str]:
     """What grading a real record lacks here, in words (empty when it can run)."""
     missing = [] if importlib.util.find_spec("swebench") else [
