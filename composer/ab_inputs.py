@@ -28,7 +28,7 @@ class Inputs:
     successes, the samples per task and how many were kept; `test_scope`: None, or in words which tasks the test
     tasks are when they are a pilot's within-reach file (composer.pilot.reach_scope); `scan_only`: how many real
     tasks are graded by the tampering scan alone, on the opt-in (container.scan_only_refusal); `no_probes`: {id: why}
-    of the real tasks dropped for having no held-out probes (container.probes_refusal)."""
+    of the real tasks passed over for having no held-out probes (container.probes_refusal)."""
 
     student: str
     profile: object
