@@ -73,6 +73,9 @@ POOLS = {  # name: (index file, its id column's rows, where the full records are
     "lite-dev": (ROOT / "data/swebench-lite/splits/lite-dev.tsv", "SWE-bench/SWE-bench_Lite (split dev)"),
 }
 EMBEDDED = "embedded"  # composer.env.embedded's generated tasks (test split): the offline rehearsal
+# A pool's name + PYTEST: its tasks whose tests pytest runs, the ones 004 grades and the plan prices
+# (composer.power.named_pools): a base rate measured on the pool the design will use
+PYTEST = ":pytest"
 SUMMARY_FILE, TRACES_FILE, STORE_FILE, EPISODES_DIR = "pilot.json", "traces.jsonl", "pilot.sqlite", "episodes"
 WITHIN_REACH_FILE = "within-reach.jsonl"  # the records of the tasks the student solved at least once (module doc)
 SCHEMA = 1
@@ -107,14 +110,26 @@ def student_spec(model: str, *, base_url: str = teachers.OPENROUTER, api_key_env
 
 
 def pool_ids(pool: str) -> list[str]:
-    """The instance ids of a named pool, from the index shipped in data/ (no download)."""
-    if pool not in POOLS:
-        raise PilotError(f"unknown pool {pool!r}: one of {', '.join([*POOLS, EMBEDDED])}, or --instances FILE")
-    path = POOLS[pool][0]
+    """The instance ids of a named pool (POOLS, or one of them + PYTEST), from the index shipped in data/ (no
+    download)."""
+    base = pool.removesuffix(PYTEST)
+    if base not in POOLS:
+        raise PilotError(f"unknown pool {pool!r}: one of {', '.join([*POOLS, EMBEDDED])}, each but {EMBEDDED} also "
+                         f"with {PYTEST} (its tasks whose tests pytest runs), or --instances FILE")
+    path = POOLS[base][0]
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     if path.suffix == ".tsv":
-        return [line.split("\t")[0] for line in lines[1:]]
-    return lines
+        rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
+    else:  # a half of 004's Lite split: its rows from Lite's index
+        from composer.env.real import swebench
+
+        keep = set(lines)
+        rows = [r for r in swebench.index("lite") if r["instance_id"] in keep]
+    if pool == base:
+        return [r["instance_id"] for r in rows] if path.suffix == ".tsv" else lines
+    from composer.env.real import swebench
+
+    return swebench.graded_by_pytest(rows)
 
 
 def choose(ids: list[str], tasks: int, seed: int) -> list[str]:
@@ -131,8 +146,8 @@ def records_for(pool: str, ids: list[str], instances: str | None, *, seed: int =
         return probes.rewarded(len(ids), seed=seed, split="test")[0]
     from composer.env.real import swebench
 
-    source = instances or POOLS[pool][1].split(" ")[0]
-    split = "dev" if pool == "lite-dev" and not instances else "test"
+    source = instances or POOLS[pool.removesuffix(PYTEST)][1].split(" ")[0]
+    split = "dev" if pool.removesuffix(PYTEST) == "lite-dev" and not instances else "test"
     try:
         found = {r["instance_id"]: r for r in swebench.load_instances(source, split=split)}
     except (RuntimeError, FileNotFoundError, ValueError) as e:
@@ -671,7 +686,8 @@ def main(argv=None) -> int:
                                             "--budget-usd, since the cap counts every run into --out), 2 bad input "
                                             "(nothing sent)")
     parser.add_argument("--student", required=True, help="the model as the endpoint names it (qwen/qwen3-8b)")
-    parser.add_argument("--pool", default="verified", help=f"{', '.join([*POOLS, EMBEDDED])} (default verified)")
+    parser.add_argument("--pool", default="verified", help=f"{', '.join([*POOLS, EMBEDDED])}; each but {EMBEDDED} "
+                        f"also with {PYTEST}, its tasks whose tests pytest runs (default verified)")
     parser.add_argument("--episodes", type=int, default=50, help="episodes in all: tasks x samples, tasks rounded "
                         "up (default 50)")
     parser.add_argument("--samples", type=int, default=None, help="runs per task (default: 004's GRPO group size, "

@@ -326,7 +326,8 @@ def test_bad_arguments_exit_2_naming_them(args, message, capsys, network_attempt
 # The dry run
 
 
-@pytest.mark.parametrize("pool, size", [("verified", 500), ("lite", 300), ("lite:test", 103), ("lite-dev", 23)])
+@pytest.mark.parametrize("pool, size", [("verified", 500), ("lite", 300), ("lite:test", 103), ("lite-dev", 23),
+                                        ("verified:pytest", 150), ("lite:test:pytest", 33)])
 def test_the_dry_run_prices_offline_with_no_key(pool, size, network_attempts, monkeypatch, capsys):
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
     assert len(pilot.pool_ids(pool)) == size
@@ -381,6 +382,19 @@ def test_the_pilot_opts_in_to_grading_tasks_the_scan_alone_grades(scripted, reco
     assert errors and not any("refusing to grade" in e for e in errors), errors
     strict = run(spec, django, tmp_path / "strict", env_config=EnvConfig(max_steps=8), samples=1)
     assert any("refusing to grade" in e for e in strict["episodes"]["errors"])
+
+
+def test_a_pools_pytest_tasks_are_the_plans():
+    """pool + ":pytest": the tasks 004 grades, the plan's pools (power.named_pools), so the base rate a pilot measures
+    is the one of the pool a design uses; a bad name is told the ones there are."""
+    from composer import power
+
+    for pool in ("verified:pytest", "lite:test:pytest", "lite:pytest"):
+        ids = pilot.pool_ids(pool)
+        assert len(ids) == power.named_pools()[pool][0] and set(ids) < set(pilot.pool_ids(pool.removesuffix(":pytest")))
+    assert pilot.pool_ids("lite:test:pytest") == swebench.LITE_SOURCES["lite:test:pytest"]()
+    with pytest.raises(pilot.PilotError, match="unknown pool 'verfied:pytest': one of verified, .* also with :pytest"):
+        pilot.pool_ids("verfied:pytest")
 
 
 def test_within_reach_by_hand():
