@@ -110,26 +110,22 @@ def student_spec(model: str, *, base_url: str = teachers.OPENROUTER, api_key_env
 
 
 def pool_ids(pool: str) -> list[str]:
-    """The instance ids of a named pool (POOLS, or one of them + PYTEST), from the index shipped in data/ (no
-    download)."""
+    """The instance ids of a named pool (POOLS; + PYTEST: its tasks whose tests pytest runs), from the index shipped
+    in data/ (no download)."""
     base = pool.removesuffix(PYTEST)
     if base not in POOLS:
         raise PilotError(f"unknown pool {pool!r}: one of {', '.join([*POOLS, EMBEDDED])}, each but {EMBEDDED} also "
                          f"with {PYTEST} (its tasks whose tests pytest runs), or --instances FILE")
     path = POOLS[base][0]
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    if path.suffix == ".tsv":
-        rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
-    else:  # a half of 004's Lite split: its rows from Lite's index
-        from composer.env.real import swebench
-
-        keep = set(lines)
-        rows = [r for r in swebench.index("lite") if r["instance_id"] in keep]
+    lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
+    rows = ([dict(zip(lines[0], line)) for line in lines[1:]] if path.suffix == ".tsv" else
+            [{"instance_id": line[0]} for line in lines])
     if pool == base:
-        return [r["instance_id"] for r in rows] if path.suffix == ".tsv" else lines
+        return [r["instance_id"] for r in rows]
     from composer.env.real import swebench
 
-    return swebench.graded_by_pytest(rows)
+    known = {r["instance_id"]: r for r in swebench.index("lite")}  # a half of 004's split: its rows in Lite's index
+    return swebench.graded_by_pytest([known.get(r["instance_id"], r) for r in rows])
 
 
 def choose(ids: list[str], tasks: int, seed: int) -> list[str]:
