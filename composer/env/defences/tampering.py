@@ -136,13 +136,12 @@ BUILTIN_VALUES = frozenset({"int", "float", "complex", "str", "bytes", "list", "
 ATTRIBUTE_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr", "__getattribute__", "__setattr__",
                              "__delattr__"})
 COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
+TOO_DEEP = "a file nested too deeply to scan"
+UNPARSED = "a file this Python cannot parse"
 # What scores 0: the grading's own machinery, which no honest fix has a use for (see the module doc).
 DECISIVE = ("the outcome plugin's internals", "the grading's own names", "tracing hooks", "ending the process at once",
             "a function's code replaced at run time", "a function built from another code object",
-            "code or a name hidden in literals", "an inherited file descriptor", "compiled code",
-            "a file nested too deeply to scan", "a file this Python cannot parse")
-TOO_DEEP = "a file nested too deeply to scan"
-UNPARSED = "a file this Python cannot parse"
+            "code or a name hidden in literals", "an inherited file descriptor", "compiled code", TOO_DEEP, UNPARSED)
 # A file nested too deeply for the default recursion limit is parsed again in a thread with this stack and limit (what
 # a library can do to import it: sympy's polys/numberfields/resolvent_lookup.py nests 569 levels); one deeper still is
 # decisive, as its payload would run unscanned.
