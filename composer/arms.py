@@ -9,6 +9,9 @@ each job cached under the hash of what determines its result.
     done = arms.run(plan, "runs/004", workers=2)     # progress bar; finished jobs are read back, not rerun
     done["baseline"]["outcomes"]                     # tasks x samples of 0/1, the initial checkpoint
     done["B", 0]["eval"]["outcomes"], done["B", 0]["train"]["log"]
+    # nested doses: each training also saves its model after optimizer step 1 (of 2), evaluated like the last
+    done = arms.run(dataclasses.replace(plan, checkpoints=(1,)), "runs/004")
+    arms.at_step(done, 1)["B", 0]["eval"]            # the results as the runs stood after step 1
     # from the notebook's parameters; ab_inputs does the work (pairs with reference log-probs, screening)
     plan = arms.plan_from_parameters(parameters, ab_inputs.prepare(parameters, "runs/004"))
 
@@ -20,7 +23,10 @@ generations): the pairs are extra signal, not extra rollouts. Every checkpoint, 
 baseline), is evaluated on the same test tasks with the same k sampling seeds per task.
 
 Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", arm, seed) -> per-task,
-per-sample outcomes; ("eval", "baseline"). A job's folder under run_dir/jobs/ is named by the hash of its
+per-sample outcomes; ("eval", "baseline"); with `checkpoints`, ("eval", arm, seed, step) -> the outcomes of the model
+the training saved after that optimizer step. Nested doses: a dose-response over training length for the price of
+evaluations, each dose a checkpoint of one run (its learning-rate schedule and data order the whole run's, so the
+checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder under run_dir/jobs/ is named by the hash of its
 configuration (for an evaluation, the hash of the model's training job): a rerun with the same parameters reuses
 finished jobs, a changed parameter makes new ones. A folder is published by an atomic rename when its job has
 finished, so a killed run resumes at the job (arm, seed) it was in, started afresh: a resumed run trains exactly
@@ -89,10 +95,18 @@ class Plan:
     grpo: dict = field(default_factory=dict)
     evaluation: dict = field(default_factory=dict)
     env: EnvConfig = field(default_factory=EnvConfig)
+    checkpoints: tuple[int, ...] = ()  # optimizer steps before the last at which each training saves its model too
 
     def __post_init__(self):
         self.student = str(self.student)
         self.grpo = {**GRPO_DEFAULTS, **self.grpo}
+        self.checkpoints = tuple(self.checkpoints)
+        steps = self.grpo["steps"]
+        if any(not isinstance(c, int) or isinstance(c, bool) for c in self.checkpoints) or \
+                list(self.checkpoints) != sorted(set(self.checkpoints)) or \
+                any(not 1 <= c < steps for c in self.checkpoints):
+            raise ValueError(f"checkpoints {list(self.checkpoints)}: optimizer steps in increasing order, each from 1 "
+                             f"to {steps - 1} (the training's last step, {steps}, is always evaluated)")
         unknown = set(self.evaluation) - EVAL_SETTINGS
         if unknown:
             raise ValueError(f"evaluation: unknown settings {sorted(unknown)}; known: {sorted(EVAL_SETTINGS)}")
@@ -146,7 +160,12 @@ def plan_from_parameters(p: dict, inputs) -> Plan:
                   learning_rate=p["learning_rate"], **p["trainer_config"]),
         evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=inputs.max_new_tokens,
                         **evaluation_engine(p), seed=p["seed"]),
-        env=inputs.env)
+        env=inputs.env, checkpoints=tuple(p["checkpoints"]))
+
+
+def model_folder(step: int | None) -> str:
+    """Where a training job keeps the model it saved after `step` (None: its last)."""
+    return "model" if step is None else f"model-step{step}"
 
 
 def tasks_per_seed(grpo: dict) -> int:
@@ -192,11 +211,17 @@ def jobs(plan: Plan) -> list[dict]:
         channels = {k: v for k, v in arm.items() if k != "pairs"}
         # where the training logs (report_to) does not change what it trains: not in the key
         grpo = {k: v for k, v in plan.grpo.items() if k != "report_to"}
+        # the checkpoints it saves are what its folder holds (without any, the keys runs before them had)
+        saved = {"checkpoints": list(plan.checkpoints)} if plan.checkpoints else {}
         train_key = f"train-{name}-s{seed}-" + config_hash(
             **base, seed=seed, tasks=records_key(seed_tasks(plan, seed)), grpo=grpo, channels=channels,
-            pairs=pair_keys.get(pairs))
+            pairs=pair_keys.get(pairs), **saved)
         out.append({"kind": "train", "arm": name, "seed": seed, "channels": channels,
                     "pairs": plan.pairs[pairs] if pairs else None, "key": train_key})
+        for step in plan.checkpoints:
+            out.append({"kind": "eval", "arm": name, "seed": seed, "after": train_key, "step": step,
+                        "key": f"eval-{name}-s{seed}-step{step}-" + config_hash(model=train_key, step=step,
+                                                                                 **evaluation)})
         out.append({"kind": "eval", "arm": name, "seed": seed, "after": train_key,
                     "key": f"eval-{name}-s{seed}-" + config_hash(model=train_key, **evaluation)})
     return out
@@ -208,13 +233,24 @@ def jobs(plan: Plan) -> list[dict]:
 
 def _train(plan: Plan, job: dict, out: Path) -> dict:
     """Train one arm and seed into `out`; on every process of a distributed launch alike (rank 0 writes)."""
+    from transformers import TrainerCallback
+
     from composer import collect, pairs
+
+    class SaveAt(TrainerCallback):
+        """The model after each of plan.checkpoints' optimizer steps, in its own folder (model_folder)."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step in plan.checkpoints:  # every rank takes part, as in the last save below
+                trainer.save_model(str(out / model_folder(state.global_step)))
 
     dataset = pairs.load(job["pairs"]) if job["pairs"] else None
     # under a launcher the step's rollouts are shared out over its processes (collect.split_rollouts)
     trainer = collect.build_trainer(
         plan.student, seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
         recording_env=False, channels=job["channels"], pairs_dataset=dataset, **plan.grpo)
+    if plan.checkpoints:
+        trainer.add_callback(SaveAt())
     wall = collect.train_timed(trainer)
     trainer.save_model(str(out / "model"))  # every rank takes part; the main process writes
     trainer.accelerator.wait_for_everyone()
@@ -330,7 +366,8 @@ def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads
         if job["kind"] == "train":
             result = _launched(plan, job, tmp, launch) if launch else _train(plan, job, tmp)
         else:
-            model = Path(plan.student if job["arm"] == BASELINE else jobs_dir / job["after"] / "model")
+            model = Path(plan.student if job["arm"] == BASELINE else
+                         jobs_dir / job["after"] / model_folder(job.get("step")))
             result = _launched(plan, job, tmp, launch, model) if launch else _evaluate(plan, job, model)
         if fresh_process:
             result["peak_rss_bytes"] = peak_rss_bytes()
@@ -375,7 +412,8 @@ def _stale(tmp: Path) -> bool:
 def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_only: bool = False,
         launch: list[str] | None = None, executor: str = "local", slurm: dict | None = None) -> dict:
     """Do every job of the plan not finished yet (see the module docstring) and return every result:
-    {"baseline": eval result, (arm, seed): {"train": ..., "eval": ..., "keys": (train key, eval key)}}
+    {"baseline": eval result, (arm, seed): {"train": ..., "eval": ..., "keys": (train key, eval key)}}, with
+    plan.checkpoints also "checkpoints": {step: eval result} in each cell (at_step reads them)
     (train_only: the trainings alone, e.g. for the benchmark). launch: a launcher's command line that each
     training runs under (accelerate launch ..., torchrun ...; see _launched). A failing job stops the run with its
     name once the jobs already running have finished (their results are kept). executor "slurm": every job is
@@ -441,11 +479,23 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
     for job in todo:
         if job["arm"] == BASELINE:
             results[BASELINE] = done[job["key"]]
+        elif job.get("step") is not None:
+            results.setdefault((job["arm"], job["seed"]), {"keys": ()}).setdefault("checkpoints", {})[
+                job["step"]] = done[job["key"]]
         else:
             cell = results.setdefault((job["arm"], job["seed"]), {"keys": ()})
             cell[job["kind"]] = done[job["key"]]
             cell["keys"] += (job["key"],)
     return results
+
+
+def at_step(results: dict, step: int | None) -> dict:
+    """run's results as the trainings stood after optimizer `step` (one of the plan's checkpoints; None: the last):
+    each cell's "eval" is that checkpoint's evaluation, its "train" the whole run's."""
+    if step is None:
+        return results
+    return {key: cell if key == BASELINE else {**cell, "eval": cell["checkpoints"][step]}
+            for key, cell in results.items()}
 
 
 def outcomes(results: dict, arm: str, seeds: int):

@@ -7,6 +7,12 @@ design detects its positive control.
     at = doses.apply(parameters, dose)                          # the notebook's parameters at that dose
     doses.labels(parameters, [{}, dose])                        # ["steps=2, num_iterations=1", "steps=6, ..."]
     doses.read_at([{"low": -0.01}, {"low": 0.02}, {"low": 0.04}])  # 1: B is read at the first detected dose
+    doses.nested_labels(6, [2, 4])                              # ["step 2 of 6", "step 4 of 6", "step 6 of 6"]
+
+Nested doses (the notebook's `checkpoints`) are checkpoints of one training per arm and seed, each evaluated like
+its last step (composer.arms): a dose-response over training length for the price of evaluations, each checkpoint
+with the whole run's learning-rate schedule and data order (not what a shorter run would give). Doses here are each
+a training of their own.
 
 A dose never touches the arms: A, B, control and B+ still differ only in their pairs, so raising it cannot favour
 B+ alone. It cannot change what the inputs are made with either (the student, the splits, the screening's
@@ -67,6 +73,12 @@ def labels(parameters: dict, doses: list[dict]) -> list[str]:
     varying = [k for k in keys if len({repr(s[k]) for s in settings}) > 1]
     return [", ".join(f"{k}={s[k]:g}" if isinstance(s[k], float) else f"{k}={s[k]}" for k in varying)
             or "as set" for s in settings]
+
+
+def nested_labels(steps: int, checkpoints: list[int]) -> list[str]:
+    """The names of nested doses: each checkpoint of one `steps`-step training (composer.arms' checkpoints), then its
+    last step."""
+    return [f"step {c} of {steps}" for c in [*checkpoints, steps]]
 
 
 def read_at(positives: list[dict | None]) -> int | None:

@@ -248,19 +248,27 @@ def _evaluation(student: str, max_turns: int, max_tokens: int, setup: compute.Se
 
 
 def cost(t: Treatment, setup: compute.Setup, seeds: int, tasks: int, samples: int,
-         assumptions: Assumptions = Assumptions(), *, arms: tuple = ARMS, concurrent_tools: bool = True) -> dict:
-    """GPU-hours and dollars of a design: every arm's training run per seed, and the evaluations."""
+         assumptions: Assumptions = Assumptions(), *, arms: tuple = ARMS, concurrent_tools: bool = True,
+         checkpoints: int = 0) -> dict:
+    """GPU-hours and dollars of a design: every arm's training run per seed, and the evaluations (with
+    `checkpoints`, nested doses: each training evaluated that many more times, at checkpoints before its last step)."""
     run = runs(t, setup, concurrent_tools)
     train = seeds * (run["A"] + (len(arms) - 1) * run["B"])
-    evaluate = (len(arms) * seeds + 1) * evaluation(t, setup, tasks * samples)
+    evaluate = evaluations(arms, seeds, checkpoints) * evaluation(t, setup, tasks * samples)
     return {"train_gpu_hours": train, "eval_gpu_hours": evaluate, "gpu_hours": train + evaluate,
             "usd": (train + evaluate) * assumptions.usd_per_hour(setup.gpu)}
 
 
-def _design(t, setup, arms, pool, tasks, seeds, samples, assumptions, concurrent_tools) -> dict:
+def evaluations(arms: tuple, seeds: int, checkpoints: int = 0) -> int:
+    """How many checkpoints a design evaluates: every arm's per seed (and its nested doses'), and the initial one."""
+    return len(arms) * seeds * (1 + checkpoints) + 1
+
+
+def _design(t, setup, arms, pool, tasks, seeds, samples, assumptions, concurrent_tools, checkpoints=0) -> dict:
     return {**asdict(t), "arms": list(arms), **layout_fields(setup), "seeds": seeds, "tasks": tasks, "pool": pool,
-            "samples": samples, "mde": mde(seeds, tasks, samples, assumptions),
-            **cost(t, setup, seeds, tasks, samples, assumptions, arms=arms, concurrent_tools=concurrent_tools)}
+            "samples": samples, "checkpoints": checkpoints, "mde": mde(seeds, tasks, samples, assumptions),
+            **cost(t, setup, seeds, tasks, samples, assumptions, arms=arms, concurrent_tools=concurrent_tools,
+                   checkpoints=checkpoints)}
 
 
 def layout_fields(setup: compute.Setup) -> dict:
@@ -310,13 +318,14 @@ def _offloads(launcher: list[str]) -> bool:
 
 def design(values: dict, assumptions: Assumptions = Assumptions(), *, concurrent_tools: bool = True,
            base_rate: float | None = None) -> dict:
-    """The live profile's own design: its treatment, arms, seeds, pool and samples at its layout; its mde at the
-    student's base rate when one is given (at_base_rate), else at the assumed discordance."""
+    """The live profile's own design: its treatment, arms, seeds, pool, samples and nested doses (`checkpoints`) at
+    its layout; its mde at the student's base rate when one is given (at_base_rate), else at the assumed
+    discordance."""
     pool = values["test_tasks"]
     tasks = values.get("n_test") or named_pools()[pool][0]
     used = assumptions if base_rate is None else at_base_rate(assumptions, base_rate)
     return _design(treatment(values), live_setup(values), tuple(values.get("arms") or ARMS), pool, tasks,
-                   values["seeds"], values["eval_k"], used, concurrent_tools)
+                   values["seeds"], values["eval_k"], used, concurrent_tools, len(values.get("checkpoints") or ()))
 
 
 def wall_hours(values: dict, nodes: int) -> float:
@@ -324,10 +333,10 @@ def wall_hours(values: dict, nodes: int) -> float:
     GPUs, one job per node (executor: slurm): the trainings in waves of `nodes`, then the evaluations in waves (the
     evaluations' GPU-hours shared evenly among them), with no time in the queue."""
     d = design(values)
-    trainings, evaluations = len(d["arms"]) * d["seeds"], len(d["arms"]) * d["seeds"] + 1
+    trainings, evaluated = len(d["arms"]) * d["seeds"], evaluations(d["arms"], d["seeds"], d["checkpoints"])
     train_h = d["train_gpu_hours"] / trainings / d["gpus"]
-    eval_h = d["eval_gpu_hours"] / evaluations / d["gpus"]
-    return math.ceil(trainings / nodes) * train_h + math.ceil(evaluations / nodes) * eval_h
+    eval_h = d["eval_gpu_hours"] / evaluated / d["gpus"]
+    return math.ceil(trainings / nodes) * train_h + math.ceil(evaluated / nodes) * eval_h
 
 
 def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptions(), *, effect: float | None = None,
@@ -414,7 +423,10 @@ def describe(d: dict) -> str:
     return (f"{d['student']} {d['mode']} ({describe_layout(d)}), {d['steps']} steps x {d['rollouts_per_step']} "
             f"rollouts, {d['max_turns']} turns / {d['max_tokens']} tokens, {len(d['arms'])} arms "
             f"({', '.join(d['arms'])}); {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} "
-            f"sample{'s' if d['samples'] > 1 else ''}: mde {d['mde']:.3f}, {d['gpu_hours']:,.0f} GPU-hours, "
+            f"sample{'s' if d['samples'] > 1 else ''}"
+            + (f", each training also evaluated at {d['checkpoints']} checkpoint{'s' if d['checkpoints'] > 1 else ''}"
+               " (nested doses)" if d.get("checkpoints") else "")
+            + f": mde {d['mde']:.3f}, {d['gpu_hours']:,.0f} GPU-hours, "
             f"${d['usd']:,.0f}")
 
 
@@ -446,9 +458,11 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
            + ", ".join(f"{pool} ({n} tasks) >= {floor(n, assumptions):.3f}"
                        for pool, (n, _, _) in named_pools().items()) + "."]
     jobs = len(d["arms"]) * values["seeds"]
+    nested = f": each training's {d['checkpoints'] + 1} nested doses and the initial checkpoint" if d["checkpoints"] else ""
     out.append(f"# Wall time on a cluster (executor: slurm, one job per allocation of {d['gpus']} GPUs, no queueing): "
                + ", ".join(f"{n} allocation{'s' if n > 1 else ''} {wall_hours(values, n):,.0f} h"
-                           for n in sorted({1, 2, jobs // 2, jobs})) + f" ({jobs} trainings, {jobs + 1} evaluations).")
+                           for n in sorted({1, 2, jobs // 2, jobs}))
+               + f" ({jobs} trainings, {evaluations(d['arms'], d['seeds'], d['checkpoints'])} evaluations{nested}).")
     found = search(math.inf, values, assumptions, effect=0.02, students=())
     cheapest, refused = found["cheapest_for_effect"], found["refused"].get(d["student"])
     lite = min(floor(n, assumptions) for pool, (n, _, _) in named_pools().items() if pool.startswith("lite"))

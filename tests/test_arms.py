@@ -57,6 +57,9 @@ def _pairs_file(tmp_path, text=None):
     (dict(test=[_task(1)]), "also train tasks"),
     (dict(test=[]), "no test tasks"),
     (dict(evaluation=dict(k=2, temprature=1.0)), r"unknown settings \['temprature'\]"),
+    (dict(grpo=dict(steps=3, prompts_per_step=2), checkpoints=(2, 1)), r"checkpoints \[2, 1\]: .* increasing order"),
+    (dict(grpo=dict(steps=3, prompts_per_step=2), checkpoints=(3,)), r"each from 1 to 2 \(the training's last step"),
+    (dict(grpo=dict(steps=3, prompts_per_step=2), checkpoints=(1.5,)), r"checkpoints \[1.5\]: optimizer steps"),
 ])
 def test_a_bad_plan_is_refused_with_the_field_named(tmp_path, changes, match):
     with pytest.raises(ValueError, match=match):
@@ -100,14 +103,15 @@ def fake_jobs(monkeypatch):
 
     def train(plan, job, out):
         calls.append(("train", job["arm"], job["seed"]))
-        (out / "model").mkdir()
-        (out / "model" / "weights").write_text(f"{job['arm']}{job['seed']}")
+        for step in (*plan.checkpoints, None):
+            (out / arms.model_folder(step)).mkdir()
+            (out / arms.model_folder(step) / "weights").write_text(f"{job['arm']}{job['seed']}")
         return {"wall_s": 1.0, "log": [{"step": 1, "loss": 0.0, "reward": 0.5}], "model": "model"}
 
     def evaluate(plan, job, model):
         calls.append(("eval", job["arm"], job["seed"]))
         hit = 0 if job["arm"] == arms.BASELINE else int((model / "weights").read_text().startswith("B"))
-        return {"wall_s": 0.5, "task_ids": [r["instance_id"] for r in plan.test],
+        return {"wall_s": 0.5, "task_ids": [r["instance_id"] for r in plan.test], "model": model.name,
                 "outcomes": [[hit] * plan.evaluation["k"] for _ in plan.test]}
 
     monkeypatch.setattr(arms, "_train", train)
@@ -133,6 +137,30 @@ def test_run_reuses_finished_jobs_and_resumes_at_the_unfinished_one(tmp_path, fa
     again = arms.run(plan, tmp_path, progress=False)
     assert fake_jobs == [("eval", "B", 1)] and again == first
     assert not list((tmp_path / "jobs").glob(".*.tmp"))
+
+
+def test_nested_doses_evaluate_each_checkpoint_of_one_training(tmp_path, fake_jobs):
+    """With checkpoints, each arm and seed trains once and every checkpoint it saved is evaluated like its last
+    model; at_step reads the results as the trainings stood there. The checkpoints are part of a training's key
+    (its folder holds them), the baseline's stays."""
+    plan = _plan(tmp_path, grpo=dict(steps=3, prompts_per_step=2), checkpoints=(1, 2))
+    done = arms.run(plan, tmp_path, progress=False)
+    assert sorted(set(fake_jobs)) == sorted(fake_jobs[:1] + [(kind, arm, seed) for kind in ("train", "eval")
+                                                             for arm in ("A", "B") for seed in (0, 1)])
+    assert fake_jobs.count(("train", "B", 0)) == 1 and fake_jobs.count(("eval", "B", 0)) == 3
+    assert {step: arms.at_step(done, step)["B", 0]["eval"]["model"] for step in (1, 2, None)} == {
+        1: "model-step1", 2: "model-step2", None: "model"}
+    assert arms.at_step(done, 1)["B", 1]["train"] == done["B", 1]["train"] and arms.at_step(done, None) == done
+    assert arms.outcomes(arms.at_step(done, 2), "B", 2).shape == (2, 3, 1)
+    fake_jobs.clear()
+    assert arms.run(plan, tmp_path, progress=False) == done and fake_jobs == []  # all cached
+
+    def keys(p):
+        return {(j["kind"], j["arm"], j["seed"], j.get("step")): j["key"] for j in arms.jobs(p)}
+    nested, plain = keys(plan), keys(_plan(tmp_path, grpo=dict(steps=3, prompts_per_step=2)))
+    assert nested[("eval", "baseline", None, None)] == plain[("eval", "baseline", None, None)]
+    assert nested[("train", "A", 0, None)] != plain[("train", "A", 0, None)]
+    assert len({nested["eval", "A", 0, step] for step in (1, 2, None)}) == 3
 
 
 def test_a_rerun_spares_the_temp_folder_of_a_job_still_building(tmp_path, fake_jobs):
@@ -302,6 +330,20 @@ def test_a_training_runs_under_a_two_process_launcher(tmp_path):
                  launch=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-such-flag"])
 
 
+def test_a_training_saves_the_model_after_each_checkpoint_step(tmp_path):
+    """A real training of the smoke zoo's student (GRPO + DPO on oracle pairs, whose gradient is never 0) with a
+    checkpoint: the model after step 1 is saved in its own folder, and it is not the last step's."""
+    from safetensors.torch import load_file
+
+    plan, _ = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1, steps=2, learning_rate=1e-2,
+                                   arms={"B": {"trace_replay_weight": 0.5, "pairs": "pairs"}}, checkpoints=[1]),
+                       tmp_path)
+    (job,) = [j for j in arms.jobs(plan) if j["kind"] == "train"]
+    arms._train(plan, job, tmp_path / "job")
+    first, last = (load_file(tmp_path / "job" / arms.model_folder(s) / "model.safetensors") for s in (1, None))
+    assert first.keys() == last.keys() and any((first[k] != last[k]).any() for k in first)
+
+
 def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monkeypatch):
     """TRL's GRPOConfig turns gradient checkpointing on, and a checkpointed model keeps no cache, so
     trainer.completion_token_logps would encode each pair's ~3,500-token prompt once per row (chosen, rejected) and
@@ -310,8 +352,9 @@ def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monke
     from composer import run, trainer
 
     report = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo", profile="report")[0]
-    plan, _ = _planned(
-        _parameters(pairs_dir=str(tmp_path / "none"), seeds=1, trainer_config=report["trainer_config"]), tmp_path)
+    steps = report["trainer_config"].get("num_iterations", 1)  # one generation, trained on as often as the report's
+    plan, _ = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1, steps=steps,
+                                   trainer_config=report["trainer_config"]), tmp_path)
     (job,) = [j for j in arms.jobs(plan) if j["kind"] == "train" and j["arm"] == "B"]
     calls = {"shared": 0, "whole rows": 0}
     for name, key in (("packed_logps", "shared"), ("_whole_rows_logps", "whole rows")):

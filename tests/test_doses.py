@@ -84,3 +84,43 @@ def test_004_runs_every_dose_and_reads_b_where_the_rule_says(tmp_path):
     seeds = results["params"]["seeds"]
     assert trained == sorted([f"train-{arm}-s{s}" for arm in ("A", "B", "B+") for s in range(seeds)] * 2
                              + [f"train-control-s{s}" for s in range(seeds)])
+
+
+def test_nested_doses_are_named_by_their_step_of_the_one_training():
+    assert doses.nested_labels(6, [2, 4]) == ["step 2 of 6", "step 4 of 6", "step 6 of 6"]
+
+
+def test_004_refuses_doses_and_checkpoints_together(tmp_path):
+    """Each dose its own training, or nested doses (checkpoints of one): not both, before anything trains."""
+    from composer import run
+
+    code = run.run("004-ab-train-grpo-vs-trace-replay-dpo", overrides={
+        "doses": [{}, {"steps": 2}], "checkpoints": [1], "run_dir": str(tmp_path / "run")}, reports_dir=tmp_path)
+    assert code != 0 and not (tmp_path / "run").exists()
+    assert "set doses (a training per dose) or checkpoints" in (tmp_path / "004-ab-train-grpo-vs-trace-replay-dpo"
+                                                                / "executed.ipynb").read_text()
+
+
+@pytest.mark.slow
+def test_004_reads_nested_doses_from_one_training_per_arm_and_seed(tmp_path):
+    """The notebook at smoke scale with a checkpoint after step 1 of 2: one training per arm and seed (the control's
+    too), an evaluation of each probed arm after step 1 and after step 2, and the dose-response read from them."""
+    from composer import report, run
+
+    slug = "004-ab-train-grpo-vs-trace-replay-dpo"
+    code = run.run(slug, overrides={"steps": 2, "checkpoints": [1], "run_dir": str(tmp_path / "run")},
+                   reports_dir=tmp_path)
+    assert code == 0
+    results = report.read_results(tmp_path / slug / "executed.ipynb")
+    response, seeds = results["metrics"]["dose_response"], results["params"]["seeds"]
+    assert response["labels"] == ["step 1 of 2", "step 2 of 2"] and response["checkpoints"] == [1]
+    assert [sorted(c) for c in response["comparisons"]] == [["B - A", "B+ - A", "dose"]] * 2
+    read = response["labels"].index(response["read_at"])
+    assert results["metrics"]["positive_control"]["diff"] == response["comparisons"][read]["B+ - A"]
+    for arm in ("A", "B", "B+"):
+        assert response["pass_at_1"][read][arm] == pytest.approx(np.mean(results["metrics"]["outcomes"][arm]))
+    jobs = tmp_path / "run" / "jobs"
+    trained = sorted(p.name.rsplit("-", 1)[0] for p in jobs.glob("train-*"))
+    assert trained == sorted(f"train-{arm}-s{s}" for arm in ("A", "B", "B+", "control") for s in range(seeds))
+    at_step_1 = sorted(p.name.rsplit("-", 1)[0] for p in jobs.glob("eval-*-step1-*"))
+    assert at_step_1 == sorted(f"eval-{arm}-s{s}-step1" for arm in ("A", "B", "B+", "control") for s in range(seeds))

@@ -84,16 +84,35 @@ def test_cost_by_hand():
                                  "usd": 2.0 * (train + evaluate)})
     two = power.cost(t, setup, seeds=3, tasks=100, samples=2, arms=("A", "B"))
     assert two["train_gpu_hours"] == pytest.approx(3 * (run(compute.Setup("full", "server", 0, 8)) + run(setup)))
+    # nested doses: each training evaluated at 2 checkpoints more, for the price of those evaluations alone
+    nested = power.cost(t, setup, seeds=3, tasks=100, samples=2, checkpoints=2,
+                        assumptions=power.Assumptions(usd_per_h100_hour=2.0))
+    assert nested["train_gpu_hours"] == pytest.approx(train)
+    assert nested["eval_gpu_hours"] == pytest.approx(evaluate / (4 * 3 + 1) * (4 * 3 * 3 + 1))
+
+
+def test_the_live_profiles_nested_doses_are_priced_as_evaluations_and_said():
+    """The profile's checkpoints reach its design, its wall time and its one-line description; without them the
+    design trains as much and evaluates 4 x 3 checkpoints fewer per dose."""
+    nested, plain = power.design(LIVE), power.design({**LIVE, "checkpoints": []})
+    k = len(LIVE["checkpoints"])
+    assert k > 0 and nested["checkpoints"] == k and plain["checkpoints"] == 0
+    assert nested["train_gpu_hours"] == plain["train_gpu_hours"] and nested["mde"] == plain["mde"]
+    assert nested["eval_gpu_hours"] == pytest.approx(plain["eval_gpu_hours"] * (12 * (1 + k) + 1) / 13)
+    assert f"each training also evaluated at {k} checkpoints (nested doses)" in power.describe(nested)
+    assert "nested" not in power.describe(plain)
+    assert power.wall_hours(LIVE, 1) > power.wall_hours({**LIVE, "checkpoints": []}, 1)
 
 
 def test_wall_time_on_n_nodes_by_hand():
     """12 trainings (4 arms x 3 seeds) of one training run's hours each (on average), then 13 evaluations, in waves
-    of N."""
-    d = power.design(LIVE)
+    of N (the profile without nested doses)."""
+    live = {**LIVE, "checkpoints": []}
+    d = power.design(live)
     one, evaluation = d["train_gpu_hours"] / 12 / d["gpus"], d["eval_gpu_hours"] / 13 / d["gpus"]
-    assert power.wall_hours(LIVE, 1) == pytest.approx(12 * one + 13 * evaluation)
-    assert power.wall_hours(LIVE, 5) == pytest.approx(3 * one + 3 * evaluation)
-    assert power.wall_hours(LIVE, 13) == pytest.approx(one + evaluation)
+    assert power.wall_hours(live, 1) == pytest.approx(12 * one + 13 * evaluation)
+    assert power.wall_hours(live, 5) == pytest.approx(3 * one + 3 * evaluation)
+    assert power.wall_hours(live, 13) == pytest.approx(one + evaluation)
 
 
 def test_the_live_design_and_the_search():
