@@ -20,6 +20,13 @@ from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
 
 
+# Where the positive control's expert pairs come from, and whether that plants its effect: from the test tasks
+# themselves, B+ is taught what the evaluation asks (a known effect that travels pairs -> training -> evaluation ->
+# interval), so the design's power to see an effect of its size is checked by construction; from the train split it
+# is checked only as far as expert pairs on other tasks reach the held-out ones.
+PLANTED = {"train": False, "test": True}
+
+
 @dataclass(frozen=True)
 class Inputs:
     """`student`: a folder or a Hugging Face name; `profile`: its zoo profile (None for another student); `train`: the
@@ -89,12 +96,13 @@ def prepare(p: dict, run_dir) -> Inputs:
     p["test_tasks"] (sources load_instances reads, e.g. "lite:train:pytest" and "lite:test:pytest", SWE-bench
     Lite's fixed split) and p["max_new_tokens"]; a zoo student defaults to its profile's splits and budget. The
     pairs: 003's (pairs/ and shuffled/ under p["pairs_dir"]) or, when it is "" or missing, oracle pairs from
-    p["oracle_pairs"] train tasks and their shuffled control; "expert": reference_pairs.expert_pairs on the train
-    split, as many as B's (the positive control's); only the datasets some arm trains on are made. With
+    p["oracle_pairs"] train tasks and their shuffled control; "expert": reference_pairs.expert_pairs, as many as B's
+    (the positive control's), on the train split or, with p["positive_control_tasks"] "test", on the evaluated test
+    tasks themselves (a planted effect); only the datasets some arm trains on are made. With
     p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds strictly
     between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this machine cannot
-    run, a control of another size than B's pairs, and pairs from test tasks; passes over real tasks without
-    held-out probes (Inputs.no_probes)."""
+    run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert pairs); passes
+    over real tasks without held-out probes (Inputs.no_probes)."""
     from composer import pairs, pilot, reference_pairs, zoo
     from composer.env.environment import tool_schemas
     from composer.env.real import container
@@ -159,16 +167,19 @@ def prepare(p: dict, run_dir) -> Inputs:
         raise ValueError(f"arms ask for pairs {unknown}; there are {sorted([*made, 'expert'])}")
     inputs = {name: prepare_pairs(run_dir, name, made[name], student=student, source_key=keys[name])
               for name in needed if name != "expert"}
+    if p["positive_control_tasks"] not in PLANTED:
+        raise ValueError(f"positive_control_tasks must be one of {sorted(PLANTED)}, got {p['positive_control_tasks']!r}")
     if "expert" in needed:  # the positive control: known-informative pairs, as many as B's
         if "pairs" not in inputs:
             raise ValueError("the 'expert' pairs (the positive control's) are as many as B's: an arm must train on "
                              "'pairs'")
-        count = inputs["pairs"]["rows"]
+        count, split = inputs["pairs"]["rows"], p["positive_control_tasks"]
+        origin = train if split == "train" else test
         inputs["expert"] = prepare_pairs(
             run_dir, "expert", lambda: pairs.to_dataset(reference_pairs.expert_pairs(
-                train, student, count=count, max_new_tokens=max_new_tokens), tool_schemas()),
-            student=student, source_key=config_hash(expert=count, train=arms.records_key(train),
-                                                    tokens=max_new_tokens))
+                origin, student, count=count, max_new_tokens=max_new_tokens), tool_schemas()),
+            student=student, source_key=config_hash(expert=count, tokens=max_new_tokens,
+                                                    **{split: arms.records_key(origin)}))
     for name, info in inputs.items():
         if info["rows"] == 0:
             raise ValueError(f"the {name} dataset has no pair the student's context can hold "
@@ -177,7 +188,9 @@ def prepare(p: dict, run_dir) -> Inputs:
         raise ValueError(f"the control must have as many pairs as B: {inputs['shuffled']['rows']} shuffled vs "
                          f"{inputs['pairs']['rows']}")
     test_ids = {r["instance_id"] for r in test}
-    leaked = sorted({t for info in inputs.values() for t in pairs.load(info["path"])["task_id"]} & test_ids)
+    planted = {"expert"} if PLANTED[p["positive_control_tasks"]] else set()
+    held_out = [info for name, info in inputs.items() if name not in planted]
+    leaked = sorted({t for info in held_out for t in pairs.load(info["path"])["task_id"]} & test_ids)
     if leaked:
         raise ValueError(f"pairs come from test tasks ({leaked[:3]}): the evaluation would not be held out")
     screened = None

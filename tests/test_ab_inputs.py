@@ -105,6 +105,36 @@ def test_prepare_refuses_pairs_from_test_tasks_and_an_unequal_control(tmp_path):
         ab_inputs.prepare(_parameters(pairs_dir=str(source)), tmp_path / "run")
 
 
+def test_a_planted_positive_control_trains_on_the_test_tasks_and_only_it_may(tmp_path, monkeypatch):
+    """positive_control_tasks "test": B+'s expert pairs are made on the evaluated test tasks (and the leak check
+    lets them, and them alone, through); "train": on the train split; anything else is refused by name."""
+    given = []
+
+    def expert_pairs(instances, student, *, count, max_new_tokens):
+        given.append([t["instance_id"] for t in instances])
+        return [{"pair_id": f"e{i}", "task_id": instances[i % len(instances)]["instance_id"], "rule": "expert",
+                 "prompt": [{"role": "user", "content": "x"}], "chosen": "a", "rejected": "b", "margin": 1.0}
+                for i in range(count)]
+
+    monkeypatch.setattr(reference_pairs, "expert_pairs", expert_pairs)
+    for split in ("test", "train"):
+        inputs = ab_inputs.prepare(_parameters(positive_control_tasks=split), tmp_path / split)
+        made = set(pairs.load(inputs.pairs["expert"]["path"])["task_id"])
+        assert given[-1] == [t["instance_id"] for t in getattr(inputs, split)] and made <= set(given[-1])
+        assert bool(made & {t["instance_id"] for t in inputs.test}) == ab_inputs.PLANTED[split]
+    with pytest.raises(ValueError, match="positive_control_tasks must be one of \\['test', 'train'\\], got 'held-out'"):
+        ab_inputs.prepare(_parameters(positive_control_tasks="held-out"), tmp_path / "bad")
+    # B's pairs are held out whatever B+'s are
+    test_task = zoo.split_tasks(zoo.PROFILES["smoke"], "test")[0]["instance_id"]
+    row = {"pair_id": "p", "task_id": test_task, "prompt": [{"role": "user", "content": "x"}], "chosen": "a",
+           "rejected": "b", "margin": 1.0}
+    for name in ("pairs", "shuffled"):
+        pairs.save(pairs.to_dataset([row]), tmp_path / "003" / name)
+    with pytest.raises(ValueError, match="pairs come from test tasks"):
+        ab_inputs.prepare(_parameters(pairs_dir=str(tmp_path / "003"), positive_control_tasks="test"),
+                          tmp_path / "leak")
+
+
 def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_path, monkeypatch):
     from composer import policies
 

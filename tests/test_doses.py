@@ -104,16 +104,18 @@ def test_004_refuses_doses_and_checkpoints_together(tmp_path):
 @pytest.mark.slow
 def test_004_reads_nested_doses_from_one_training_per_arm_and_seed(tmp_path):
     """The notebook at smoke scale with a checkpoint after step 1 of 2: one training per arm and seed (the control's
-    too), an evaluation of each probed arm after step 1 and after step 2, and the dose-response read from them."""
+    too), an evaluation of each probed arm after step 1 and after step 2, and the dose-response read from them. Its
+    positive control is planted (expert pairs from the test tasks), which the report says."""
     from composer import report, run
 
     slug = "004-ab-train-grpo-vs-trace-replay-dpo"
-    code = run.run(slug, overrides={"steps": 2, "checkpoints": [1], "run_dir": str(tmp_path / "run")},
-                   reports_dir=tmp_path)
+    code = run.run(slug, overrides={"steps": 2, "checkpoints": [1], "positive_control_tasks": "test",
+                                    "run_dir": str(tmp_path / "run")}, reports_dir=tmp_path)
     assert code == 0
     results = report.read_results(tmp_path / slug / "executed.ipynb")
     response, seeds = results["metrics"]["dose_response"], results["params"]["seeds"]
     assert response["labels"] == ["step 1 of 2", "step 2 of 2"] and response["checkpoints"] == [1]
+    assert any(note.startswith("the positive control B+ is planted") for note in results["notes"])
     assert [sorted(c) for c in response["comparisons"]] == [["B - A", "B+ - A", "dose"]] * 2
     read = response["labels"].index(response["read_at"])
     assert results["metrics"]["positive_control"]["diff"] == response["comparisons"][read]["B+ - A"]
