@@ -13,8 +13,11 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 
+from composer import phases
 from composer.paths import ROOT
 
 
@@ -27,17 +30,25 @@ def test_the_measure_plans_one_seed_of_a_and_b_trained_alone_and_reports_their_r
 
     def jobs(plan, run_dir, *, workers, train_only, progress):  # arms.run's answer, one job per arm
         calls.append((sorted(plan.arms), plan.seeds, workers, train_only))
-        return {(arm, 0): {"train": figures[arm]} for arm in plan.arms}
+        for arm in plan.arms:  # each training's phase file: two steps
+            folder = Path(run_dir) / "jobs" / f"train-{arm}"
+            folder.mkdir(parents=True)
+            (folder / phases.FILE).write_text("".join(json.dumps(
+                {"schema": phases.SCHEMA, "step": step, **dict.fromkeys(phases.PHASES, 1.25 * step)}) + "\n"
+                for step in (1, 2)))
+        return {(arm, 0): {"train": figures[arm], "keys": (f"train-{arm}",)} for arm in plan.arms}
 
     monkeypatch.setattr(ab.ablib, "run", jobs)
     assert ab.main(["--profile", "default"]) == 0
     out = capsys.readouterr()
     result = json.loads(out.out.strip().splitlines()[-1])
     assert calls == [(["A", "B"], 1, 1, True)]  # one seed of each, one job at a time (each its own process), no eval
-    assert result["arms"] == figures and (result["reference"], result["treatment"]) == ("A", "B")
+    assert result["arms"] == {arm: {**f, "phases_s": dict.fromkeys(phases.PHASES, 3.75)} for arm, f in figures.items()}
+    assert (result["reference"], result["treatment"]) == ("A", "B")
     assert (result["b_over_a_time"], result["b_over_a_mem"]) == (1.6, 1.1)
     assert result["meets_targets"] == {"b_over_a_time": False} and result["profile"] == "default"
-    assert result["pairs"]["pairs"] > 0 and "A: 10.0 s, peak RSS 1000 MiB" in out.err
+    assert result["pairs"]["pairs"] > 0
+    assert "A: 10.0 s (generate 3.8, tools 3.8, reset 3.8, train 3.8), peak RSS 1000 MiB" in out.err
 
 
 @pytest.mark.slow
@@ -51,6 +62,7 @@ def test_the_cli_prints_each_arms_time_and_memory_and_the_ratio_last():
     assert result["cpus"] >= 1 and result["load_average_1m_at_start"] >= 0 and result["machine"]
     for figures in result["arms"].values():
         assert figures["wall_s"] > 0 and figures["peak_rss_bytes"] > 100 * 2**20
+        assert figures["phases_s"]["train_s"] > 0 and sum(figures["phases_s"].values()) <= figures["wall_s"]
     a, b = result["arms"]["A"], result["arms"]["B"]
     assert result["b_over_a_time"] == round(b["wall_s"] / a["wall_s"], 3)
     assert result["b_over_a_mem"] == round(b["peak_rss_bytes"] / a["peak_rss_bytes"], 3)

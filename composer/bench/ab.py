@@ -10,7 +10,8 @@ The spike's reference and treatment arms (A and B; the control costs what B does
 from the same checkpoint on the same tasks with the same GRPO budget, exactly as the notebook's jobs do (composer.arms, the same plan), one after another in a
 fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
 the trainer's train() (generation, environment, grading, loss and optimizer steps); peak memory is the process's peak
-RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds. Evaluation is
+RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds; `phases_s` splits
+each arm's steps into generating, tools, resets and training (composer.phases, summed over the steps). Evaluation is
 excluded: it is the same job for every arm. Target: B's time <= 1.5 x A's (`b_over_a_time`).
 """
 
@@ -19,8 +20,9 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from composer import ab_inputs, run
+from composer import ab_inputs, phases, run
 from composer import arms as ablib
 from composer.bench import machine
 
@@ -40,8 +42,9 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
         start = time.perf_counter()
         done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
         total = time.perf_counter() - start
-    per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
-                     "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"]} for arm in plan.arms}
+        per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
+                         "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"],
+                         "phases_s": phase_totals(Path(tmp) / "jobs" / done[arm, 0]["keys"][0])} for arm in plan.arms}
     ratio = per_arm[treatment]["wall_s"] / per_arm[reference]["wall_s"]
     return {
         "b_over_a_time": round(ratio, 3),
@@ -57,6 +60,12 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
     }
 
 
+def phase_totals(job_folder) -> dict:
+    """Seconds of a training job's steps in each phase (composer.phases.PHASES), summed over its steps."""
+    records = phases.read(job_folder)
+    return {name: round(sum(r[name] for r in records), 2) for name in phases.PHASES}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m composer bench ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="report", choices=run.PROFILES,
@@ -64,7 +73,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     result = measure(args.profile)
     for arm, figures in result["arms"].items():
-        print(f"{arm}: {figures['wall_s']:.1f} s, peak RSS {figures['peak_rss_bytes'] / 2**20:.0f} MiB",
-              file=sys.stderr)
+        print(f"{arm}: {figures['wall_s']:.1f} s ("
+              + ", ".join(f"{name[:-2]} {s:.1f}" for name, s in figures["phases_s"].items())
+              + f"), peak RSS {figures['peak_rss_bytes'] / 2**20:.0f} MiB", file=sys.stderr)
     print(json.dumps(result))
     return 0
