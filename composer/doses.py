@@ -8,6 +8,7 @@ design detects its positive control.
     doses.labels(parameters, [{}, dose])                        # ["steps=2, num_iterations=1", "steps=6, ..."]
     doses.read_at([{"low": -0.01}, {"low": 0.02}, {"low": 0.04}])  # 1: B is read at the first detected dose
     doses.nested_labels(6, [2, 4])                              # ["step 2 of 6", "step 4 of 6", "step 6 of 6"]
+    doses.trainings(parameters, [], [2, 4])                     # ([parameters], [2, 4, None], those labels)
 
 Nested doses (the notebook's `checkpoints`) are checkpoints of one training per arm and seed, each evaluated like
 its last step (composer.arms): a dose-response over training length for the price of evaluations, each checkpoint
@@ -79,6 +80,19 @@ def nested_labels(steps: int, checkpoints: list[int]) -> list[str]:
     """The names of nested doses: each checkpoint of one `steps`-step training (composer.arms' checkpoints), then its
     last step."""
     return [f"step {c} of {steps}" for c in [*checkpoints, steps]]
+
+
+def trainings(parameters: dict, doses: list[dict], checkpoints: list[int]) -> tuple[list[dict], list, list[str]]:
+    """The dose-response of the notebook's `doses` or `checkpoints` (nested doses), never both: the parameters of
+    each training it needs (one per dose, or the one nested doses share), the optimizer step at which each dose is
+    read (None: its training's last) and each dose's label."""
+    if doses and checkpoints:
+        raise ValueError(f"doses {doses} and checkpoints {checkpoints}: set doses (a training per dose) or checkpoints "
+                         "(nested doses: one training evaluated at several of its steps), not both")
+    if checkpoints:
+        return [parameters], [*checkpoints, None], nested_labels(parameters["steps"], checkpoints)
+    doses = doses or [{}]
+    return [apply(parameters, dose) for dose in doses], [None] * len(doses), labels(parameters, doses)
 
 
 def read_at(positives: list[dict | None]) -> int | None:

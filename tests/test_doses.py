@@ -90,15 +90,16 @@ def test_nested_doses_are_named_by_their_step_of_the_one_training():
     assert doses.nested_labels(6, [2, 4]) == ["step 2 of 6", "step 4 of 6", "step 6 of 6"]
 
 
-def test_004_refuses_doses_and_checkpoints_together(tmp_path):
-    """Each dose its own training, or nested doses (checkpoints of one): not both, before anything trains."""
-    from composer import run
-
-    code = run.run("004-ab-train-grpo-vs-trace-replay-dpo", overrides={
-        "doses": [{}, {"steps": 2}], "checkpoints": [1], "run_dir": str(tmp_path / "run")}, reports_dir=tmp_path)
-    assert code != 0 and not (tmp_path / "run").exists()
-    assert "set doses (a training per dose) or checkpoints" in (tmp_path / "004-ab-train-grpo-vs-trace-replay-dpo"
-                                                                / "executed.ipynb").read_text()
+def test_the_trainings_of_a_dose_response_nested_or_not():
+    """Nested doses share one training, read at each checkpoint and its last step; doses are each a training; both
+    at once are refused before anything trains."""
+    assert doses.trainings(PARAMETERS, [], [1]) == ([PARAMETERS], [1, None], ["step 1 of 2", "step 2 of 2"])
+    assert doses.trainings(PARAMETERS, [], []) == ([PARAMETERS], [None], ["as set"])
+    at, steps, names = doses.trainings(PARAMETERS, [{}, {"learning_rate": 1e-3}], [])
+    assert at == [PARAMETERS, {**PARAMETERS, "learning_rate": 1e-3}] and steps == [None, None]
+    assert names == ["learning_rate=0.0001", "learning_rate=0.001"]
+    with pytest.raises(ValueError, match=r"set doses \(a training per dose\) or checkpoints .* not both"):
+        doses.trainings(PARAMETERS, [{}, {"steps": 4}], [1])
 
 
 @pytest.mark.slow
