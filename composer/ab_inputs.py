@@ -168,7 +168,8 @@ def prepare(p: dict, run_dir) -> Inputs:
     inputs = {name: prepare_pairs(run_dir, name, made[name], student=student, source_key=keys[name])
               for name in needed if name != "expert"}
     if p["positive_control_tasks"] not in PLANTED:
-        raise ValueError(f"positive_control_tasks must be one of {sorted(PLANTED)}, got {p['positive_control_tasks']!r}")
+        raise ValueError(f"positive_control_tasks must be one of {sorted(PLANTED)}, "
+                         f"got {p['positive_control_tasks']!r}")
     if "expert" in needed:  # the positive control: known-informative pairs, as many as B's
         if "pairs" not in inputs:
             raise ValueError("the 'expert' pairs (the positive control's) are as many as B's: an arm must train on "

@@ -26,11 +26,11 @@ Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", a
 per-sample outcomes; ("eval", "baseline"); with `checkpoints`, ("eval", arm, seed, step) -> the outcomes of the model
 the training saved after that optimizer step. Nested doses: a dose-response over training length for the price of
 evaluations, each dose a checkpoint of one run (its learning-rate schedule and data order the whole run's, so the
-checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder under run_dir/jobs/ is named by the hash of its
-configuration (for an evaluation, the hash of the model's training job): a rerun with the same parameters reuses
-finished jobs, a changed parameter makes new ones. A folder is published by an atomic rename when its job has
-finished, so a killed run resumes at the job (arm, seed) it was in, started afresh: a resumed run trains exactly
-as an uninterrupted one.
+checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder under run_dir/jobs/ is named by
+the hash of its configuration (for an evaluation, the hash of the model's training job): a rerun with the same
+parameters reuses finished jobs, a changed parameter makes new ones. A folder is published by an atomic rename when
+its job has finished, so a killed run resumes at the job (arm, seed) it was in, started afresh: a resumed run trains
+exactly as an uninterrupted one.
 
 With workers > 0 each job runs in a fresh spawned process (torch threads split between the workers): two jobs at
 once on two cores, and each job's peak RSS is its own (interpreter and imports included). With workers = 0 jobs run

@@ -44,7 +44,8 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
         total = time.perf_counter() - start
         per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
                          "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"],
-                         "phases_s": phase_totals(Path(tmp) / "jobs" / done[arm, 0]["keys"][0])} for arm in plan.arms}
+                         "phases_s": phase_totals(Path(tmp) / "jobs" / done[arm, 0]["keys"][0])}
+                   for arm in plan.arms}
     ratio = per_arm[treatment]["wall_s"] / per_arm[reference]["wall_s"]
     return {
         "b_over_a_time": round(ratio, 3),
