@@ -479,11 +479,11 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
     for job in todo:
         if job["arm"] == BASELINE:
             results[BASELINE] = done[job["key"]]
-        elif job.get("step") is not None:
-            results.setdefault((job["arm"], job["seed"]), {"keys": ()}).setdefault("checkpoints", {})[
-                job["step"]] = done[job["key"]]
+            continue
+        cell = results.setdefault((job["arm"], job["seed"]), {"keys": ()})
+        if job.get("step") is not None:
+            cell.setdefault("checkpoints", {})[job["step"]] = done[job["key"]]
         else:
-            cell = results.setdefault((job["arm"], job["seed"]), {"keys": ()})
             cell[job["kind"]] = done[job["key"]]
             cell["keys"] += (job["key"],)
     return results
