@@ -58,6 +58,9 @@ RESULTS_MIME = "application/vnd.composer.results+json"
 BANNER_ID = "composer-verdict-banner"
 BACKENDS = ("offline", "live")
 VERDICTS = ("VALIDATED", "INVALIDATED", "PARTIAL", "INCONCLUSIVE")
+GIT_TIMEOUT_S = 120
+# The banner's word on the tree a report was made from; None: git did not answer in time.
+_DIRT = {False: "", True: " (dirty)", None: " (tree state unknown)"}
 COMPARATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "datasets", "papermill", "nbconvert", "numpy", "scipy")
 VERDICT_RULE = (
@@ -283,9 +286,12 @@ def provenance(seed, started) -> dict:
 
 
 def _git(*args) -> str | None:
+    # GIT_OPTIONAL_LOCKS=0: status only reads, so parallel runs never wait on (or rewrite) the index. A git that does
+    # not answer in time (a disk saturated by other work) leaves the field unknown rather than failing the run.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
     try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
-    except OSError:  # no git
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=GIT_TIMEOUT_S, env=env)
+    except (OSError, subprocess.TimeoutExpired):  # no git, or no answer
         return None
     return out.stdout.strip() if out.returncode == 0 else None  # not a repository, or no commit yet
 
@@ -410,7 +416,7 @@ def _banner_html(title, backend, results=None) -> str:
     if results:
         parts += [f'<div style="font-family:monospace">{e(criterion_line(c))}</div>' for c in results["criteria"]]
         prov = results["provenance"]
-        sha = (prov["git_sha"] or "no commit")[:10] + (" (dirty)" if prov["git_dirty"] else "")
+        sha = (prov["git_sha"] or "no commit")[:10] + _DIRT[prov["git_dirty"] if prov["git_sha"] else False]
         parts.append(f'<div style="color:#57606a;font-size:0.9em">{e(prov["started_utc"][:10])} · git {e(sha)} · '
                      f'seed {e(str(prov["seed"]))} · notes and the verdict rule: at the end</div>')
     parts.append("</div>")

@@ -34,7 +34,9 @@ def deciding(results: dict) -> dict:
 
 def commit(results: dict) -> str:
     prov = results["provenance"]
-    return (prov["git_sha"] or "none")[:7] + ("+dirty" if prov["git_dirty"] else "")
+    if not prov["git_sha"]:
+        return "none"
+    return prov["git_sha"][:7] + {False: "", True: "+dirty", None: "+unknown"}[prov["git_dirty"]]
 
 
 def table(reports_dir=REPORTS, *, link: str = "reports/") -> list[str]:

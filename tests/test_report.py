@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from composer import report
+from composer import report, verdicts
 from composer.report import Criterion, decide_verdict
 
 # A fake OpenRouter-shaped key, assembled at run time so secret scanners do not flag the test source.
@@ -221,6 +221,23 @@ def test_provenance_git_sha_and_dirty_ignoring_reports(tmp_path, monkeypatch):
     assert len(prov["git_sha"]) == 40 and prov["git_dirty"] is False
     (tmp_path / "a.py").write_text("x = 2\n")
     assert report.provenance(0, report.start())["git_dirty"] is True
+
+
+def test_a_git_that_does_not_answer_leaves_the_tree_state_unknown_rather_than_failing_the_run(monkeypatch):
+    real = subprocess.run
+
+    def slow_status(cmd, **kw):
+        assert kw["env"]["GIT_OPTIONAL_LOCKS"] == "0"  # status must not take the index lock parallel runs share
+        if cmd[:2] == ["git", "status"]:
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(report.subprocess, "run", slow_status)
+    prov = report.provenance(0, report.start())
+    assert len(prov["git_sha"]) == 40 and prov["git_dirty"] is None
+    results = {"verdict": None, "profile": "report", "dry_run": False, "criteria": [], "provenance": prov}
+    assert "(tree state unknown)" in report._banner_html("t", "offline", results)
+    assert verdicts.commit(results) == prov["git_sha"][:7] + "+unknown"
 
 
 # -----------------------------------------------------------------------------
