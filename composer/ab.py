@@ -19,7 +19,7 @@ design's two factor mean squares with Satterthwaite df (`stats.crossed_t_interva
 and the t quantile is what keeps the coverage: a bootstrap over 3 seeds covered 82-84 % at a nominal 95 %, and
 treating every cell as an independent pair understated the spread 1.3-2.9x. The minimum detectable effect and the
 tasks (or seeds) needed come from the same variance components, projected onto another design and onto the effect
-(`components_at`: the variance of B - A grows as B's pass rate moves toward 1/2, the arms' own rates say how much),
+(`power.components_at`: the variance of B - A grows as B's pass rate moves toward 1/2, the arms' own rates say how much),
 with the estimated standard error unbiased (`stats.crossed_detectable_effect_at`). The variance with no effect
 promised 80 % power where simulated experiments at the reported mde detected it 68 % of the time (logistic model,
 pass@1 ~0.12). Checked by simulation in tests/test_ab.py under an additive and a logistic generative
@@ -40,6 +40,7 @@ import math
 import numpy as np
 
 from composer import power, report, stats
+from composer.power import components_at
 
 MIN_EFFECT = 0.02  # the gate: B beats A by >= 2 points of pass@1
 HEADROOM_FLOOR = power.HEADROOM_FLOOR  # below it a student is no evidence against the channel (the reason: there)
@@ -138,37 +139,10 @@ def _needed(detectable, effect: float, start: int, limit: int) -> int | None:
     return high
 
 
-def _bernoulli(p: float) -> float:
-    p = min(max(p, 0.0), 1.0)
-    return p * (1 - p)
-
-
-def components_at(components: dict, effect: float, pass_a: float, pass_b: float) -> dict:
-    """B - A's variance components (stats.crossed_components) at a true difference `effect`, from those observed
-    with the arms at pass@1 pass_a and pass_b. Each arm's share of a component is taken as proportional to its own
-    variance at its rate, the same for both arms when observed: p(1 - p) for the sampling residual (binomial), its
-    square for the seed and task terms (a training seed's or a task's effect on the logit scale reaches pass@1
-    through the slope p(1 - p)). At the effect the arms are at pass_a and pass_a + effect, so each component is
-    multiplied by w(pass_a) + w(pass_a + effect) over w(pass_a) + w(pass_b); never by less than 1 (the variance is
-    not taken to fall with the effect, as it would past a rate of 1/2)."""
-    def grow(w) -> float:
-        observed = w(pass_a) + w(pass_b)
-        return max(1.0, (w(pass_a) + w(pass_a + effect)) / observed) if observed > 0 else 1.0
-
-    residual, factor = grow(_bernoulli), grow(lambda p: _bernoulli(p) ** 2)
-    out = {**components, "residual": components["residual"] * residual,
-           **{k: components[k] * factor for k in ("seed", "task") if components[k] is not None}}
-    extra = components["residual"] * (residual - 1)  # each mean square holds the residual once, and its factor's term
-    if "ms_seed" in components:
-        out["ms_seed"] = components["ms_seed"] + extra + components["tasks"] * components["seed"] * (factor - 1)
-        out["ms_task"] = components["ms_task"] + extra + components["seeds"] * components["task"] * (factor - 1)
-    return out
-
-
 def design_needed(components: dict, effect: float, *, alpha: float = 0.05, power: float = 0.8,
                   pass_rates: tuple[float, float] | None = None) -> dict:
     """What would detect `effect` (the interval above 0 with `power`) given the observed variance components
-    (stats.crossed_components), taken at the effect (components_at) when the arms' observed pass_rates (A, B) are
+    (stats.crossed_components), taken at the effect (power.components_at) when the arms' observed pass_rates (A, B) are
     given: tasks per seed at the current seeds, and seeds at the current tasks per seed; None where no number does
     (e.g. seed-to-seed variance that more tasks cannot average away)."""
     if effect <= 0:
@@ -186,7 +160,7 @@ def design_needed(components: dict, effect: float, *, alpha: float = 0.05, power
 
 def difference(cells_a, cells_b, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95) -> dict:
     """B - A over seeds x tasks cells of pass@1, compare's core (see its docstring): diff (a stats.CI), components,
-    discordance and mde (at the variance of B - A at the mde: components_at, with the arms' observed pass@1)."""
+    discordance and mde (at the variance of B - A at the mde: power.components_at, with the arms' observed pass@1)."""
     discordance = float(np.mean(cells_a != cells_b))
     if discordance == 0:  # nothing to estimate a variance from: the exact bound on the share of discordant cells
         diff = zero_discordance_interval(cells_a.size, confidence)

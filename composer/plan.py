@@ -39,6 +39,9 @@ from composer.paths import ROOT
 
 PLAN_BEGIN = "# --- plan: python -m composer plan --write (computed by composer/plan.py; do not edit) ---"
 PLAN_END = "# --- end of plan ---"
+# The power assumptions the command line sets (--task-sd-logit, ...); a student's base rate comes with --base-rate or
+# --from-pilot, per student.
+ASSUMED = [f.name for f in dataclasses.fields(power.Assumptions) if f.name != "pass_at_1"]
 LIVE_004 = "004-ab-train-grpo-vs-trace-replay-dpo"
 
 
@@ -128,7 +131,8 @@ def main(argv=None) -> int:
                         "own layouts (composer/calibration.py): a table, JSON last")
     parser.add_argument("--from-pilot", metavar="DIR", help="the live 004 with what `python -m composer pilot` "
                         "measured (DIR/pilot.json): base rate, discordance, task spread, tool/grading/turn figures")
-    for name, value in vars(defaults).items():
+    for name in ASSUMED:
+        value = getattr(defaults, name)
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=value,
                             help=f"power assumption (composer/power.py; default {value})")
     args = parser.parse_args(argv)
@@ -141,10 +145,10 @@ def main(argv=None) -> int:
     if args.from_run is not None:
         return _from_run(args.from_run, concurrent_tools=not args.serial_tools)
     if args.from_pilot is not None:
-        return _from_pilot(args.from_pilot, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}),
+        return _from_pilot(args.from_pilot, power.Assumptions(**{k: getattr(args, k) for k in ASSUMED}),
                            concurrent_tools=not args.serial_tools)
     if args.budget_usd is not None:
-        return _budget(args, power.Assumptions(**{k: getattr(args, k) for k in vars(defaults)}))
+        return _budget(args, power.Assumptions(**{k: getattr(args, k) for k in ASSUMED}))
     stale = []
     for slug in SETUPS:
         path = ROOT / "params" / "live" / f"{slug}.yaml"
@@ -366,17 +370,25 @@ def _from_run(run_dir, *, concurrent_tools: bool) -> int:
 
 def from_pilot(summary: dict, values: dict, assumptions: power.Assumptions, *, concurrent_tools: bool = True) -> dict:
     """The live profile's design and training priced with what an API pilot measured (composer.pilot's summary):
-    its discordance in place of the assumed one (the mde), its turns, tool, start and grading seconds in place of
-    compute.py's (phases.scaled). Generation and training seconds stay assumed: an API's latency is not the GPU's
-    generation time, and a pilot trains nothing. The base rate and the task spread are reported; the power model
-    does not use them yet."""
+    its base rate and discordance in place of the assumed ones (the mde; the assumed design is the live header's, at
+    the student's published rate), its turns, tool, start and grading seconds in place of compute.py's
+    (phases.scaled). Generation and training seconds stay assumed: an API's latency is not the GPU's generation
+    time, and a pilot trains nothing. A base rate of 0 or 1 gives the power model nothing to plan from (two runs
+    cannot differ there): the assumptions stay, and `unused` says why. The task spread is reported only."""
     from composer import phases  # imports transformers: only for this option
 
-    measured = {}
-    if summary.get("discordance"):
-        measured["discordance"] = summary["discordance"]["estimate"]
+    p1 = (summary.get("pass_at_1") or {}).get("estimate")
+    disc = (summary.get("discordance") or {}).get("estimate")
+    measured, unused = {}, {}
+    if p1 is not None and 0 < p1 < 1:
+        measured = {"pass_at_1": p1, **({"discordance": disc} if disc is not None else {})}
+    elif p1 is not None:
+        unused["pass_at_1"] = (f"a base pass@1 of {p1:.3f}: two runs cannot differ there, so the power model keeps "
+                               "its assumptions")
+    published = power.BASE_RATES.get(values["student"])
+    d_assumed = power.design(values, assumptions, base_rate=published and published[0])
+    d_measured = power.design(values, dataclasses.replace(assumptions, **measured)) if measured else d_assumed
     used = dataclasses.replace(assumptions, **measured)
-    d_assumed, d_measured = power.design(values, assumptions), power.design(values, used)
     w = workload(values)
     ph = summary.get("phases") or {}
     unit = {"generate_s_per_turn": None, "train_s_per_token": None,
@@ -386,7 +398,7 @@ def from_pilot(summary: dict, values: dict, assumptions: power.Assumptions, *, c
     cost = phases.scaled(unit, compute.model(w["model"]), setup, steps=w["steps"],
                          rollouts_per_step=w["rollouts_per_step"], tokens_per_rollout=w["tokens_per_rollout"],
                          turns=turns, concurrent_tools=concurrent_tools)
-    return {"measured": measured, "assumptions": dataclasses.asdict(used), "design_assumed": d_assumed,
+    return {"measured": measured, "unused": unused, "assumptions": dataclasses.asdict(used), "design_assumed": d_assumed,
             "design_measured": d_measured, "turns": {"measured": ph.get("turns_per_episode"), "assumed": w["turns"]},
             "unit": unit, "setup": setup, "workload": w, **cost}
 
@@ -420,14 +432,17 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
     rows = [
         ("base pass@1", num(p1 and p1["estimate"]) + (f" [{p1['low']:.3f}, {p1['high']:.3f}]" if p1 else ""),
          f"{published[0]} ({published[1]})" if published else "none published",
-         f"the search's floor ({power.HEADROOM_FLOOR:.0%}) and mde, given as --base-rate (below)"),
+         "; ".join([f"the search's floor ({power.HEADROOM_FLOOR:.0%}) and mde, given as --base-rate (below)",
+                    "the live design's mde: measured" if "pass_at_1" in r["measured"] else
+                    r["unused"].get("pass_at_1", "the live design's mde: assumed")])),
         (f"pass@{summary['samples']}", num(pk and pk["estimate"]) + (f" [{pk['low']:.3f}, {pk['high']:.3f}]"
                                                                     if pk else ""), "none", "reported"),
         ("discordance (two runs of a task disagree)", num(disc and disc["estimate"]), f"{a['discordance']}",
          "measured" if "discordance" in r["measured"] else "assumed"),
         ("task spread of the base rate (SD)", num(spread and spread["sd"]),
-         f"task_sd {a['task_sd']} is the spread of B - A, which no pilot measures", "assumed (task_sd)"),
-        ("seed spread (SD)", "not measured", f"{a['seed_sd']}", "assumed"),
+         f"task_sd_logit {a['task_sd_logit']} is the spread of B - A, which no pilot measures",
+         "assumed (task_sd_logit)"),
+        ("seed spread (SD, logit)", "not measured", f"{a['seed_sd_logit']}", "assumed"),
         ("turns an episode", num(ph.get("turns_per_episode"), ".1f"), f"{r['turns']['assumed']:.1f}",
          "measured" if ph.get("turns_per_episode") else "assumed"),
         ("tool call, s", num(ph.get("tool_s_per_call"), ".3g"), f"{compute.TOOL_S:.3g}",
@@ -445,17 +460,21 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
         print("| " + " | ".join(row) + " |")
     dm, da, s = r["design_measured"], r["design_assumed"], r["setup"]
     print(f"the live {LIVE_004}: {dm['seeds']} seeds x {dm['tasks']} tasks ({dm['pool']}) x {dm['samples']} samples "
-          f"detects B - A >= {dm['mde']:.3f} with the pilot's discordance ({da['mde']:.3f} assumed)")
+          f"detects B - A >= {dm['mde']:.3f} with the pilot's base rate and discordance ({da['mde']:.3f} assumed)")
     if p1 and p1["estimate"] < power.HEADROOM_FLOOR:
         print(f"warning: the student's base pass@1 {p1['estimate']:.3f} [{p1['low']:.3f}, {p1['high']:.3f}] is below "
               f"the {power.HEADROOM_FLOOR:.0%} floor: the plan refuses it (too little room to show a 2-point effect)"
               + (", and 004 on it could not read INVALIDATED" if p1["high"] < power.HEADROOM_FLOOR else ""))
+    elif p1 and p1["estimate"] > 1 - power.HEADROOM_FLOOR:
+        print(f"warning: the student's base pass@1 {p1['estimate']:.3f} is above the {1 - power.HEADROOM_FLOOR:.0%} "
+              "ceiling: the plan refuses it (too little room above it to show a 2-point effect)")
     elif p1 and p1["high"] < dm["mde"]:
         print(f"warning: the student's base pass@1 is at most {p1['high']:.3f} (95 % upper bound), below the mde "
               f"{dm['mde']:.3f}: it may have no room to show the effect the design can detect")
     print(f"training GPU-hours per arm and seed ({s.gpus} GPUs, vLLM {s.vllm}): {r['assumed']['gpu_hours']:,.1f} "
           f"assumed, {r['gpu_hours']:,.1f} with the pilot's turns, tool, start and grading seconds")
-    if p1 and student and p1["estimate"] >= power.HEADROOM_FLOOR:
+    plannable = lambda rate: student and power.refusal(student, {student: (rate, "the pilot")}) is None  # noqa: E731
+    if p1 and plannable(p1["estimate"]):
         print(f"designs for this student at its measured base rate: python -m composer plan --budget-usd 5000 "
               f"--student {student} --base-rate {student}={p1['estimate']:.3f}")
     reach, folder = summary.get("within_reach"), Path(path) if Path(path).is_dir() else Path(path).parent
@@ -463,10 +482,13 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
         print(f"within reach: {reach['tasks']} of {reach['of']} tasks solved at least once in {reach['samples']} "
               f"runs, pass@1 {reach['pass_at_1']:.3f} on them (optimistic: the same runs chose them). An A/B on them "
               f"only (004's test_tasks={folder / reach['file']}; its verdict then speaks for them alone): "
-              f"python -m composer plan --budget-usd 5000 --student {student} --base-rate "
-              f"{student}={reach['pass_at_1']:.3f} --pool-file {folder / reach['file']}")
+              + (f"python -m composer plan --budget-usd 5000 --student {student} --base-rate "
+                 f"{student}={reach['pass_at_1']:.3f} --pool-file {folder / reach['file']}"
+                 if plannable(reach["pass_at_1"]) else
+                 power.refusal(student, {student: (reach["pass_at_1"], "the pilot")})))
     print(json.dumps({"from_pilot": str(path), "backend": summary["backend"], "base_pass_at_1": p1,
                       "pass_at_k": pk, "discordance": disc, "task_spread": spread, "measured": r["measured"],
+                      "unused": r["unused"],
                       "within_reach": summary.get("within_reach"),
                       "mde": {"measured": dm["mde"], "assumed": da["mde"]},
                       "gpu_hours": {"measured": r["gpu_hours"], "assumed": r["assumed"]["gpu_hours"]},

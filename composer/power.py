@@ -9,19 +9,20 @@
 
 ESTIMATES from stated assumptions (`Assumptions`, each changeable on the command line), never measurements. The
 analysis is 004's (composer.ab: a crossed t interval over seeds x tasks, B - A per cell the mean over `samples`);
-its variance components on the pass@1 difference of two checkpoints are taken as
-- residual = (discordance + effect (1 - effect)) / samples: a cell's sampling noise. `discordance` is the share of
-  tasks on which two single-sample runs of equally good checkpoints disagree (the variance of one sample's B - A
-  with no effect); at an effect, B's extra successes are new discordant cells (B is taken to lose none of A's), so
-  one sample's B - A varies by discordance + effect - effect^2: the binomial growth of a rate moving up from 0, the
-  most it grows (the variance at no effect promised 80 % power where 66 % held: tests/test_power.py);
-- task = task_sd^2: how much the true B - A differs from task to task (a change helps some tasks, hurts others),
-  stated at the effect;
-- seed = seed_sd^2: how much the true B - A differs from one training seed to the next;
-and the mde is the effect at which the design's crossed t interval is above 0 with 80 % power, the variance taken at
-that effect (stats.crossed_detectable_effect_at; these are the true components, so no c4 correction). Since
-task_sd^2 / tasks does not shrink with seeds or samples, the test pool's size bounds what any budget can see
-(`floor`).
+its variance components on the pass@1 difference of two checkpoints are stated with no effect, at the student's base
+rate p (`at_base_rate`; with none known, the rate at which `discordance` is 2 p (1 - p), `Assumptions.rate`):
+- residual = discordance / samples: a cell's sampling noise. `discordance` is the share of tasks on which two
+  single-sample runs of equally good checkpoints disagree, 2 p (1 - p) when every task is at p;
+- task = (task_sd_logit x p (1 - p))^2: how much the true B - A differs from task to task (a change helps some tasks,
+  hurts others), an SD on the logit scale reaching pass@1 through its slope p (1 - p);
+- seed = (seed_sd_logit x p (1 - p))^2: how much the true B - A differs from one training seed to the next;
+and taken at an effect by the rule 004's own analysis uses after the run (`components_at`: each arm's share of the
+residual grows with its binomial variance, of the task and seed terms with its squared slope, as B moves from p to
+p + effect), so that the mde planned and the mde reported are one quantity (tests/test_power.py: within 1.2x under
+two generative models). The mde is the effect at which the design's crossed t interval is above 0 with 80 % power,
+the variance taken at that effect (stats.crossed_detectable_effect_at; these are the true components, so no c4
+correction): the variance with no effect promised 80 % power where 66 % held. Since the task term does not shrink
+with seeds or samples, the test pool's size bounds what any budget can see (`floor`).
 
 Cost in dollars: the arms' training runs (composer.compute.gpu_hours of the setup, per arm and seed: A without the
 trace-replay channel, B, the control and B+ with it) and the evaluations (every arm and seed, and the initial
@@ -56,16 +57,32 @@ class Assumptions:
     # trajectories, three models): a within-task variance of about 0.015^2 x 500 = 0.11 per run, 0.22 for the
     # difference of two runs' samples.
     discordance: float = 0.22
-    # An assumption, not a measurement: the true per-task B - A spread with an SD of 15 points (an RL change that
-    # moves one task in five by about 30 points, either way). The number that matters most: measure it (003/004's
-    # offline runs give 0.1-0.2 on the zoo; a live pilot's per-task outcomes give it for real).
-    task_sd: float = 0.15
-    # An assumption: training seeds that move the true B - A by 1.5 points (SD), as an evaluation run does.
-    seed_sd: float = 0.015
+    # An assumption, not a measurement: the true per-task B - A spread, an SD on the logit scale (pass@1 moves by it
+    # times p (1 - p)). 003/004's offline runs gave 0.1-0.2 on pass@1 at the zoo's 25-40 % (slope 0.19-0.24): 0.5-0.85
+    # here. The number that matters most: a live A/B's per-task outcomes measure it for real.
+    task_sd_logit: float = 0.7
+    # An assumption: training seeds that move the true B - A by 1.5 points (SD) at pass@1 30 %, as an evaluation run
+    # does.
+    seed_sd_logit: float = 0.07
     # Assumptions: on-demand cloud prices per GPU-hour of an H100 SXM 80 GB and an H200 SXM 141 GB (late-2025
     # list prices run ~$2-3 and ~$3-4); a design is priced at its layout's GPU.
     usd_per_h100_hour: float = 2.5
     usd_per_h200_hour: float = 3.5
+
+    # The student's pass@1 the variance is stated at (at_base_rate sets it, with the discordance 2 p (1 - p) there; a
+    # pilot's measured one, plan --from-pilot); None: the rate at which every task at p gives `discordance`.
+    pass_at_1: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """The base rate the variance is stated at, strictly between 0 and 1: at a rate of 0 or 1 two runs cannot
+        differ, and there is no variance to plan a design from (the plan refuses such a student: HEADROOM_FLOOR)."""
+        if self.pass_at_1 is None and not 0 < self.discordance <= 0.5:
+            raise ValueError(f"discordance must be in (0, 0.5] (2 p (1 - p) of a base rate p), got {self.discordance}")
+        rate = (1 - math.sqrt(1 - 2 * self.discordance)) / 2 if self.pass_at_1 is None else self.pass_at_1
+        if not 0 < rate < 1:
+            raise ValueError(f"a base rate must be strictly between 0 and 1 to plan from, got {rate}")
+        return rate
 
     def usd_per_hour(self, gpu: str) -> float:
         return {"H100": self.usd_per_h100_hour, "H200": self.usd_per_h200_hour}[gpu]
@@ -159,13 +176,43 @@ def treatment(values: dict) -> Treatment:
     return Treatment(w["model"], "full", w["steps"], w["rollouts_per_step"], w["max_turns"], w["seq_tokens"])
 
 
+def _bernoulli(p: float) -> float:
+    p = min(max(p, 0.0), 1.0)
+    return p * (1 - p)
+
+
+def components_at(components: dict, effect: float, pass_a: float, pass_b: float) -> dict:
+    """B - A's variance components (stats.crossed_components) at a true difference `effect`, from those observed
+    (or stated) with the arms at pass@1 pass_a and pass_b: the one rule the plan (`components`) and 004's analysis
+    after the run (composer.ab.difference) both take the variance at the effect by. Each arm's share of a component
+    is taken as proportional to its own variance at its rate, the same for both arms when observed: p(1 - p) for the
+    sampling residual (binomial), its square for the seed and task terms (a training seed's or a task's effect on the
+    logit scale reaches pass@1 through the slope p(1 - p)). At the effect the arms are at pass_a and pass_a + effect,
+    so each component is multiplied by w(pass_a) + w(pass_a + effect) over w(pass_a) + w(pass_b); never by less than
+    1 (the variance is not taken to fall with the effect, as it would past a rate of 1/2)."""
+    def grow(w) -> float:
+        observed = w(pass_a) + w(pass_b)
+        return max(1.0, (w(pass_a) + w(pass_a + effect)) / observed) if observed > 0 else 1.0
+
+    residual, factor = grow(_bernoulli), grow(lambda p: _bernoulli(p) ** 2)
+    out = {**components, "residual": components["residual"] * residual,
+           **{k: components[k] * factor for k in ("seed", "task") if components[k] is not None}}
+    extra = components["residual"] * (residual - 1)  # each mean square holds the residual once, and its factor's term
+    if "ms_seed" in components:
+        out["ms_seed"] = components["ms_seed"] + extra + components["tasks"] * components["seed"] * (factor - 1)
+        out["ms_task"] = components["ms_task"] + extra + components["seeds"] * components["task"] * (factor - 1)
+    return out
+
+
 def components(seeds: int, tasks: int, samples: int, assumptions: Assumptions = Assumptions(), *,
                effect: float = 0.0) -> dict:
     """The variance components of a design's cells of B - A at a true B - A of `effect` (see the module doc), as
-    stats.crossed_components gives them."""
-    grown = min(max(effect, 0.0), 1.0)
-    return {"seed": assumptions.seed_sd ** 2, "task": assumptions.task_sd ** 2,
-            "residual": (assumptions.discordance + grown * (1 - grown)) / samples, "seeds": seeds, "tasks": tasks}
+    stats.crossed_components gives them: stated at the base rate, taken at the effect by `components_at`."""
+    rate = assumptions.rate
+    slope = _bernoulli(rate)
+    stated = {"seed": (assumptions.seed_sd_logit * slope) ** 2, "task": (assumptions.task_sd_logit * slope) ** 2,
+              "residual": assumptions.discordance / samples, "seeds": seeds, "tasks": tasks}
+    return components_at(stated, max(effect, 0.0), rate, rate)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -180,8 +227,11 @@ def mde(seeds: int, tasks: int, samples: int, assumptions: Assumptions = Assumpt
 
 
 def floor(tasks: int, assumptions: Assumptions = Assumptions(), *, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The mde no number of seeds or samples gets under on `tasks` test tasks: the task term's alone."""
-    return stats.t_detectable_effect(assumptions.task_sd / math.sqrt(tasks), tasks - 1, alpha=alpha, power=power)
+    """The mde no number of seeds or samples gets under on `tasks` test tasks: the task term's alone (at the effect,
+    as `components` takes it)."""
+    return stats.crossed_detectable_effect_at(
+        lambda e: {**components(2, tasks, 1, assumptions, effect=e), "seed": 0.0, "residual": 0.0},
+        alpha=alpha, power=power, estimated=False)
 
 
 def candidate_layouts(mode: str) -> list[compute.Setup]:
@@ -394,13 +444,15 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
     return {**{key: _design(*found[key][1], at_base_rate(assumptions, rates[found[key][1][0].student][0]),
                             concurrent_tools) if key in found else None for key in names},
             "live": design(values, assumptions, concurrent_tools=concurrent_tools,
-                           base_rate=rates[own.student][0] if own.student in rates else None), "refused": refused,
+                           base_rate=rates[own.student][0] if 0 < rates.get(own.student, (0,))[0] < 1 else None),
+            "refused": refused,
             "base_rates": {name: {"pass_at_1": rates[name][0], "source": rates[name][1]}
                            for name in sorted({*students, own.student}) if name in rates}}
 
 
 def refusal(student: str, rates: dict) -> str | None:
-    """Why a student is not planned for (its base rate unknown, or below HEADROOM_FLOOR), or None."""
+    """Why a student is not planned for (its base rate unknown, below HEADROOM_FLOOR or above 1 - HEADROOM_FLOOR), or
+    None."""
     if student not in rates:
         return (f"{student.split('/')[-1]}: no base rate known; measure it first (python -m composer pilot, then "
                 "plan --from-pilot)")
@@ -408,6 +460,9 @@ def refusal(student: str, rates: dict) -> str | None:
     if rate < HEADROOM_FLOOR:
         return (f"{student.split('/')[-1]}: base rate {rate:.1%} < the {HEADROOM_FLOOR:.0%} floor (too little room "
                 "to show a 2-point effect)")
+    if rate > 1 - HEADROOM_FLOOR:
+        return (f"{student.split('/')[-1]}: base rate {rate:.1%} > the {1 - HEADROOM_FLOOR:.0%} ceiling (too little "
+                "room above it to show a 2-point effect)")
     return None
 
 
@@ -415,7 +470,14 @@ def at_base_rate(assumptions: Assumptions, rate: float) -> Assumptions:
     """The assumptions for a student at pass@1 `rate`: two runs of equally good checkpoints disagree on a task with
     probability 2 p (1 - p) when every task is at p (the most they can at that rate: tasks that differ disagree less),
     in place of the assumed discordance."""
-    return replace(assumptions, discordance=2 * rate * (1 - rate))
+    return replace(assumptions, discordance=2 * rate * (1 - rate), pass_at_1=rate)
+
+
+def planned_mde(student: str, seeds: int, tasks: int, samples: int, assumptions: Assumptions = Assumptions()) -> float:
+    """The mde the plan gives a design of `student` before it runs: at its published base rate (BASE_RATES) when
+    one is known, as the live header's, else at the assumptions' discordance."""
+    rate = BASE_RATES.get(student)
+    return mde(seeds, tasks, samples, at_base_rate(assumptions, rate[0]) if rate else assumptions)
 
 
 def describe(d: dict) -> str:
@@ -447,7 +509,8 @@ def lines(values: dict, assumptions: Assumptions = Assumptions()) -> list[str]:
     at = (f"at the student's base rate {rate[0]:.1%} ({rate[1]}): discordance 2 p (1 - p) = "
           f"{at_base_rate(assumptions, rate[0]).discordance:.3f}" if rate else
           f"at the assumed discordance {a['discordance']} (no base rate known for the student: run the pilot)")
-    out = [f"# Power (composer/power.py, ESTIMATES from: task_sd {a['task_sd']}, seed_sd {a['seed_sd']}, "
+    out = [f"# Power (composer/power.py, ESTIMATES from: task_sd_logit {a['task_sd_logit']}, seed_sd_logit "
+           f"{a['seed_sd_logit']}, "
            f"${a['usd_per_h100_hour']}/H100-hour, ${a['usd_per_h200_hour']}/H200-hour; the variance at the effect), "
            f"{at}:",
            f"# this design, {d['seeds']} seeds x {d['tasks']} tasks ({d['pool']}) x {d['samples']} samples, detects "

@@ -8,7 +8,7 @@ import pytest
 import scipy.optimize
 from scipy.special import expit
 
-from composer import ab, doses, stats
+from composer import ab, doses, power, stats
 
 
 @pytest.mark.parametrize("estimate, low, high, expected", [
@@ -74,17 +74,17 @@ def test_the_variance_at_the_effect_by_hand():
     (0.16 + 0.21) / (0.16 + 0.16), the seed and task terms (logit effects through the slope) by
     (0.16^2 + 0.21^2) / (2 x 0.16^2); each mean square by its residual's growth and its own term's."""
     c = {"seed": 0.001, "task": 0.004, "residual": 0.2, "seeds": 3, "tasks": 40, "ms_seed": 0.24, "ms_task": 0.212}
-    at = ab.components_at(c, 0.1, 0.2, 0.2)
+    at = power.components_at(c, 0.1, 0.2, 0.2)
     r, f = 0.37 / 0.32, (0.16 ** 2 + 0.21 ** 2) / (2 * 0.16 ** 2)
     assert at["residual"] == pytest.approx(0.2 * r) and at["seed"] == pytest.approx(0.001 * f)
     assert at["task"] == pytest.approx(0.004 * f)
     assert at["ms_seed"] == pytest.approx(0.24 + 0.2 * (r - 1) + 40 * 0.001 * (f - 1))
     assert at["ms_task"] == pytest.approx(0.212 + 0.2 * (r - 1) + 3 * 0.004 * (f - 1))
-    assert ab.components_at(c, 0.0, 0.2, 0.2) == c  # no effect: as observed
-    assert ab.components_at(c, 0.1, 0.5, 0.5) == c  # past 1/2 the variance would fall: it is kept
+    assert power.components_at(c, 0.0, 0.2, 0.2) == c  # no effect: as observed
+    assert power.components_at(c, 0.1, 0.5, 0.5) == c  # past 1/2 the variance would fall: it is kept
     # the mde is the effect at which the variance there gives 80 % power: a fixed point of the plain formula
-    mde = stats.crossed_detectable_effect_at(lambda e: ab.components_at(c, e, 0.2, 0.2))
-    assert mde == pytest.approx(stats.crossed_detectable_effect(ab.components_at(c, mde, 0.2, 0.2)), abs=1e-5)
+    mde = stats.crossed_detectable_effect_at(lambda e: power.components_at(c, e, 0.2, 0.2))
+    assert mde == pytest.approx(stats.crossed_detectable_effect(power.components_at(c, mde, 0.2, 0.2)), abs=1e-5)
     assert mde > stats.crossed_detectable_effect(c)  # larger than the variance with no effect says
     plain = stats.crossed_detectable_effect(c)
     assert stats.crossed_detectable_effect_at(lambda e: c) == pytest.approx(plain, abs=1e-5)
@@ -117,7 +117,7 @@ def test_compare_by_hand():
     assert r["diff"] == stats.crossed_t_interval(b.mean(axis=2) - a.mean(axis=2)).as_dict()
     assert r["components"] == stats.crossed_components(b.mean(axis=2) - a.mean(axis=2))
     assert r["discordance"] == pytest.approx(3 / 8) and "mcnemar" not in r
-    at = lambda effect: ab.components_at(r["components"], effect, 5 / 16, 10 / 16)  # noqa: E731
+    at = lambda effect: power.components_at(r["components"], effect, 5 / 16, 10 / 16)  # noqa: E731
     assert r["mde"] == pytest.approx(stats.crossed_detectable_effect_at(at))
     assert r["verdict"] == ab.verdict(r["diff"]["estimate"], r["diff"]["low"], r["diff"]["high"])
     assert (r["tasks_needed"] is None) == (r["verdict"] != "INCONCLUSIVE")

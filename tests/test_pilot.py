@@ -21,8 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
-from composer import pilot, plan, policies, stats, traces
+from composer import pilot, plan, policies, power, stats, traces
 from composer.actions import canonical_action
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, gold_edits
@@ -563,20 +564,41 @@ def test_plan_from_pilot_prints_measured_beside_assumed(scripted, records, tmp_p
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
     assert result["backend"] == "offline" and "rehearsal" in out
-    assert result["measured"] == {"discordance": 0.0} and result["mde"]["measured"] < result["mde"]["assumed"]
-    assert result["base_pass_at_1"]["estimate"] == 1.0
+    # the rehearsal's student solves every task: at a base rate of 1 two runs cannot differ, nothing to plan from
+    assert result["base_pass_at_1"]["estimate"] == 1.0 and result["measured"] == {}
+    assert "two runs cannot differ there" in result["unused"]["pass_at_1"]
+    live = yaml.safe_load((ROOT / "params/live" / f"{plan.LIVE_004}.yaml").read_text())
+    d = power.design(live, base_rate=power.BASE_RATES[live["student"]][0])  # the live header's design and mde
+    assert result["mde"]["measured"] == result["mde"]["assumed"] == d["mde"]
     assert set(result["replaced"]) == {"tool_s_per_call", "grade_s_per_submission", "start_s_per_episode"}
     assert result["turns"]["measured"] == summary["phases"]["turns_per_episode"]
-    assert "| discordance (two runs of a task disagree) | 0.000 | 0.22 | measured |" in out
+    assert "| discordance (two runs of a task disagree) | 0.000 | 0.22 | assumed |" in out
     assert "| generation, s a turn |" in out and "assumed: an API's latency is not a GPU's" in out
-    assert "--student Qwen/Qwen3-8B --base-rate Qwen/Qwen3-8B=1.000" in out
-    # the tasks within reach: the command it prints for designs on them runs
-    assert result["within_reach"]["tasks"] == 2
-    command = next(line for line in out.splitlines() if line.startswith("within reach: 2 of 2 tasks"))
-    assert f"004's test_tasks={tmp_path / pilot.WITHIN_REACH_FILE}" in command
-    assert plan.main(command.split("python -m composer plan ")[1].split()) == 0
-    assert f"x 2 tasks ({tmp_path / pilot.WITHIN_REACH_FILE})" in capsys.readouterr().out
+    assert "above the 95% ceiling: the plan refuses it" in out and "--base-rate Qwen/Qwen3-8B=1.000" not in out
     assert "| base pass@1 | 1.000 [" in out and "| 0.036 (published: SWE-bench Verified, no thinking" in out
+    assert result["within_reach"]["tasks"] == 2
+    assert next(line for line in out.splitlines() if line.startswith("within reach: 2 of 2 tasks")).endswith(
+        "Qwen3-8B: base rate 100.0% > the 95% ceiling (too little room above it to show a 2-point effect)")
+    # a student that can move: its base rate and discordance replace the assumed ones in the live design's mde
+    moving = tmp_path / "moving"
+    moving.mkdir()
+    (moving / pilot.WITHIN_REACH_FILE).write_text((tmp_path / pilot.WITHIN_REACH_FILE).read_text())
+    (moving / pilot.SUMMARY_FILE).write_text(json.dumps({
+        **summary, "pass_at_1": {**summary["pass_at_1"], "estimate": 0.3, "low": 0.2, "high": 0.4},
+        "discordance": {**(summary["discordance"] or {}), "estimate": 0.35},
+        "within_reach": {**summary["within_reach"], "pass_at_1": 0.6}}))
+    assert plan.main(["--from-pilot", str(moving)]) == 0
+    out = capsys.readouterr().out
+    moved = json.loads(out.strip().splitlines()[-1])
+    assert moved["measured"] == {"pass_at_1": 0.3, "discordance": 0.35} and moved["unused"] == {}
+    at = power.Assumptions(discordance=0.35, pass_at_1=0.3)
+    assert moved["mde"]["measured"] == power.mde(d["seeds"], d["tasks"], d["samples"], at) != moved["mde"]["assumed"]
+    assert "--student Qwen/Qwen3-8B --base-rate Qwen/Qwen3-8B=0.300" in out
+    # the tasks within reach: the command it prints for designs on them runs
+    command = next(line for line in out.splitlines() if line.startswith("within reach: 2 of 2 tasks"))
+    assert f"004's test_tasks={moving / pilot.WITHIN_REACH_FILE}" in command
+    assert plan.main(command.split("python -m composer plan ")[1].split()) == 0
+    assert f"x 2 tasks ({moving / pilot.WITHIN_REACH_FILE})" in capsys.readouterr().out
     # a student surely below the floor is told it would be refused
     low = tmp_path / "low"
     low.mkdir()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 import yaml
-from scipy.special import expit
+from scipy.special import expit, logit
 
 from composer import ab, compute, plan, power, stats
 from composer.env.real import container, swebench
@@ -24,20 +24,27 @@ LIVE = yaml.safe_load((ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo
 
 def test_mde_by_hand():
     """The mde is the effect d at which a design with the variance AT d has 80 % power: the plain formula's fixed
-    point, with one sample's B - A varying by discordance + d - d^2 (B's extra successes are new discordant cells)."""
-    a = power.Assumptions(discordance=0.2, task_sd=0.1, seed_sd=0.02)
+    point, with the components stated at the base rate p (discordance 2 p (1 - p); the task and seed SDs on the logit
+    scale, times the slope p (1 - p)) and grown to d as 004's analysis grows its own (power.components_at): the
+    residual by B's binomial variance at p + d, the task and seed terms by its square."""
+    a = power.Assumptions(discordance=0.2, task_sd_logit=0.5, seed_sd_logit=0.1)
     seeds, tasks, samples = 3, 50, 2
+    p = a.rate
+    assert 2 * p * (1 - p) == pytest.approx(0.2)
+    w = lambda q: q * (1 - q)  # noqa: E731
 
     def plain(d):  # stats.t_detectable_effect at the design's expected mean squares at effect d
-        residual = (0.2 + d * (1 - d)) / samples
-        seed_ms, task_ms = residual + tasks * 0.02 ** 2, residual + seeds * 0.1 ** 2
+        residual = (w(p) + w(p + d)) / samples
+        grow = (w(p) ** 2 + w(p + d) ** 2) / (2 * w(p) ** 2)
+        seed, task = (0.1 * w(p)) ** 2 * grow, (0.5 * w(p)) ** 2 * grow
+        seed_ms, task_ms = residual + tasks * seed, residual + seeds * task
         se = math.sqrt((seed_ms + task_ms) / (seeds * tasks))
         df = (seed_ms + task_ms) ** 2 / (seed_ms ** 2 / 2 + task_ms ** 2 / 49)
         return stats.t_detectable_effect(se, df)
 
     got = power.mde(seeds, tasks, samples, a)
     assert got == pytest.approx(plain(got), abs=1e-5) and got > plain(0.0)  # the variance with no effect says less
-    assert power.components(seeds, tasks, samples, a, effect=0.1)["residual"] == pytest.approx((0.2 + 0.09) / 2)
+    assert power.components(seeds, tasks, samples, a, effect=0.1)["residual"] == pytest.approx((w(p) + w(p + 0.1)) / 2)
     # more of anything never hurts; the task term is a floor that seeds and samples cannot cross
     assert power.mde(6, tasks, samples, a) < power.mde(3, tasks, samples, a)
     assert power.mde(3, tasks, 8, a) < power.mde(3, tasks, 2, a)
@@ -47,21 +54,22 @@ def test_mde_by_hand():
 
 
 def test_the_planned_mde_is_what_004s_analysis_detects_80_percent_of_the_time():
-    """Cells drawn from the planning model at a true B - A of d: seed and task terms as power.components gives them,
-    and each sample's B - A +1 with probability discordance / 2 + d, -1 with discordance / 2 (one sample's variance
-    discordance + d - d^2), analysed by ab.difference as 004 does. At d = power.mde the interval is above 0 in 78-88 %
-    of 1,000 experiments (80 % nominal; Monte Carlo SE 1.3 points); at the mde the variance with no effect gives
-    (stats.t_detectable_effect at power.components' effect 0) it is under 77 %: that mde promised too much."""
-    a = power.Assumptions(discordance=0.22, task_sd=0.05, seed_sd=0.02)
+    """Cells drawn from the planning model at a true B - A of d: A's samples at the base rate p, B's at p + d plus a
+    seed and a task term as power.components gives them at d, analysed by ab.difference as 004 does. At d =
+    power.mde the interval is above 0 in 78-88 % of 1,000 experiments (80 % nominal; Monte Carlo SE 1.3 points); at
+    the mde the variance with no effect gives (stats.t_detectable_effect at power.components' effect 0) it is under
+    77 %: that mde promised too much."""
+    a = power.Assumptions(discordance=0.22, task_sd_logit=0.45, seed_sd_logit=0.18)
     seeds, tasks, samples, n = 4, 60, 1, 1000
     rng = np.random.default_rng(0)
+    p = a.rate
 
     def detected(d):
-        c = power.components(seeds, tasks, samples, a)
-        step = rng.choice([1.0, -1.0, 0.0], p=[0.11 + d, 0.11, 0.78 - d], size=(n, seeds, tasks, samples)).mean(axis=3)
-        cells = (step + rng.normal(0, math.sqrt(c["seed"]), (n, seeds, 1))
-                 + rng.normal(0, math.sqrt(c["task"]), (n, 1, tasks)))
-        return np.mean([ab.difference(np.zeros((seeds, tasks)), x)["diff"].low > 0 for x in cells])
+        c = power.components(seeds, tasks, samples, a, effect=d)
+        b = (p + d + rng.normal(0, math.sqrt(c["seed"]), (n, seeds, 1, 1))
+             + rng.normal(0, math.sqrt(c["task"]), (n, 1, tasks, 1)))
+        draw = lambda q: (rng.random((n, seeds, tasks, samples)) < np.clip(q, 0, 1)).mean(axis=3)  # noqa: E731
+        return np.mean([ab.difference(x, y)["diff"].low > 0 for x, y in zip(draw(p), draw(b))])
 
     honest = power.mde(seeds, tasks, samples, a)
     se, df = stats.crossed_standard_error(power.components(seeds, tasks, samples, a))
@@ -142,8 +150,9 @@ def test_the_live_design_and_the_search():
     # a budget under the cheapest design buys nothing, and says what the cheapest costs
     poor = power.search(found["cheapest"]["usd"] * 0.99, LIVE, base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
     assert poor["best"] is None and poor["cheapest"] == found["cheapest"]
-    # 2 points needs more than Lite: even its 300 tasks' task term alone is over 0.02
-    assert power.floor(300) > 0.02 and power.floor(103) > 0.02
+    # 2 points needs more than Lite's pytest tasks: at a 20 % base rate their 93 tasks' task term alone is over 0.02
+    at = power.at_base_rate(power.Assumptions(), 0.2)
+    assert power.floor(93, at) > 0.02 and power.floor(33, at) > power.floor(93, at)
     lite = power.search(math.inf, LIVE, effect=0.02, pools={k: power.named_pools()[k]
                                                             for k in ("lite:pytest", "lite:test:pytest")},
                         base_rates={"Qwen/Qwen3-8B": (0.2, "a pilot")})
@@ -220,12 +229,12 @@ def test_bad_searches_are_refused_by_name(kwargs, match):
 
 
 def test_plan_budget_cli_prints_the_designs_and_json_last(capsys):
-    assert plan.main(["--budget-usd", "5000", "--effect", "0.05", "--task-sd", "0.1"]) == 0
+    assert plan.main(["--budget-usd", "5000", "--effect", "0.05", "--task-sd-logit", "0.5"]) == 0
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["budget_usd"] == [5000] and result["assumptions"]["task_sd"] == 0.1
+    assert result["budget_usd"] == [5000] and result["assumptions"]["task_sd_logit"] == 0.5
     [r] = result["results"]
-    assert r == {k: v for k, v in power.search(5000, LIVE, power.Assumptions(task_sd=0.1), effect=0.05).items()
+    assert r == {k: v for k, v in power.search(5000, LIVE, power.Assumptions(task_sd_logit=0.5), effect=0.05).items()
                  if k != "live"}
     assert f"the live profile's design: {power.describe(result['live_design'])}" in out
     assert f"best within $5,000: {power.describe(r['best'])}; a different experiment from the live profile's" in out
@@ -319,12 +328,25 @@ def test_the_budget_table_says_when_the_grid_binds(capsys):
     assert "no student above the floor fits" in capsys.readouterr().out
 
 
-def _plan_cells(rng, seeds, tasks, samples, effect, a: power.Assumptions, p: float):
-    """Cells (seeds x tasks, each the mean of `samples` 0/1 outcomes) of A and B under the plan's own model: every
-    task at pass@1 p in A; B's rate p + effect + a seed term (seed_sd) + a task term (task_sd), clipped."""
-    draw = lambda q: (rng.random((seeds, tasks, samples)) < np.clip(q, 0, 1)[..., None]).mean(axis=2)  # noqa: E731
-    shifted = p + effect + rng.normal(0, a.seed_sd, (seeds, 1)) + rng.normal(0, a.task_sd, (1, tasks))
-    return draw(np.full((seeds, tasks), p)), draw(shifted)
+def _plan_terms(rng, shape, a: power.Assumptions, shift):
+    """Each arm's logit at the plan's model: logit p (p = a.rate) + the arm's shift + its own halves of the seed and
+    task x arm terms (SD seed_sd_logit / sqrt 2 per seed, task_sd_logit / sqrt 2 per task), so that B - A's task
+    term is task_sd_logit times the slope p (1 - p) at no effect and grows with each arm's squared slope, as
+    power.components_at takes it."""
+    seeds, tasks = shape
+    return expit(logit(a.rate) + shift + rng.normal(0, a.seed_sd_logit / math.sqrt(2), (seeds, 1))
+                 + rng.normal(0, a.task_sd_logit / math.sqrt(2), (1, tasks)))
+
+
+def _plan_cells(rng, seeds, tasks, samples, shift, a: power.Assumptions):
+    """Cells (seeds x tasks, each the mean of `samples` 0/1 outcomes) of A and B under the plan's own model."""
+    draw = lambda q: (rng.random((seeds, tasks, samples)) < q[..., None]).mean(axis=2)  # noqa: E731
+    return draw(_plan_terms(rng, (seeds, tasks), a, 0.0)), draw(_plan_terms(rng, (seeds, tasks), a, shift))
+
+
+def _plan_truth(shift, a: power.Assumptions, rng):
+    """E[B - A] at a shift of B's logit (Monte Carlo over many seeds and tasks)."""
+    return float(np.mean(_plan_terms(rng, (400, 4000), a, shift) - _plan_terms(rng, (400, 4000), a, 0.0)))
 
 
 def _logistic_cells(rng, seeds, tasks, samples, shift, n_tasks_draw=None):
@@ -340,41 +362,48 @@ def _logistic_cells(rng, seeds, tasks, samples, shift, n_tasks_draw=None):
 
 
 def _logistic_truth(shift, rng):
-    """(E[B - A], the assumptions that are the model's true variance components at no effect)."""
+    """(E[B - A], the assumptions that are the model's true variance components at no effect: measured on pass@1 as
+    a pilot would, put on the logit scale at the rate the discordance implies)."""
     a, b = _logistic_cells(rng, 400, 0, 1, shift, n_tasks_draw=4000)
     diff = b - a
-    return float(diff.mean()), power.Assumptions(discordance=float((a * (1 - a) + b * (1 - b)).mean()),
-                                                 task_sd=float(diff.mean(0).std()), seed_sd=float(diff.mean(1).std()))
+    plan = power.Assumptions(discordance=float((a * (1 - a) + b * (1 - b)).mean()))
+    slope = plan.rate * (1 - plan.rate)
+    return float(diff.mean()), dataclasses.replace(plan, task_sd_logit=float(diff.mean(0).std()) / slope,
+                                                   seed_sd_logit=float(diff.mean(1).std()) / slope)
 
 
-REGIMES = [  # (model, seeds, tasks, samples, base rate, seed_sd): the designs an independent simulation found short
+class MeanMdeApart(AssertionError):
+    """The mean mde 004 reports after the run is more than 1.2x from the plan's pre-run one (its power checked)."""
+
+
+# At a 5 % base rate the mde 004 reports after the run is a convex function of its estimated components (the task
+# and seed terms grow with the squared slope, ~4x from 5 % to the effect, and the mde with them), so its mean over
+# experiments sits above the mde at the true components (Jensen): 1.35x and 1.31x the plan's here (medians 0.97x and
+# 1.13x, q90 2.1x), while the plan's own mde holds its power (0.80, 0.86). The rule is one; 004's reading of it from 3-6
+# seeds is conservative and noisy at low base rates. Strict: it fails once the mean comes within 1.2x.
+_JENSEN = pytest.mark.xfail(strict=True, raises=MeanMdeApart, reason="at a 5 % base rate 004's post-hoc mde averages "
+                            "1.3x the plan's (convex in its estimated components); power at the plan's holds")
+REGIMES = [  # (model, seeds, tasks, samples, base rate, seed_sd_logit): designs an independent simulation found short
     *[(model, *design, 0.2, None) for model in ("plan", "logistic")
       for design in ((3, 103, 4), (6, 40, 1), (3, 40, 1), (5, 60, 2))],
-    ("plan", 3, 40, 1, 0.2, 0.05), ("plan", 3, 103, 4, 0.2, 0.05),  # seeds that differ 3x more than assumed
-    ("plan", 3, 103, 4, 0.05, None),  # a student at the floor's base rate
-    # at the floor with one sample a task, 004's post-hoc mde came out 1.26x the plan's pre-run one (its power held:
-    # 0.93). The two take the variance at the effect differently: the plan holds the task and seed terms as stated
-    # (task_sd "at the effect"), 004 (ab.components_at) grows them with the logit slope p(1 - p), squared, ~5x from a
-    # 5 % base rate to the effect; on this model's data (task variance 0.006 estimated, clipped at 0, against 0.0225
-    # planned) 004's mde without that growth is 0.85x the plan's (200 experiments). One rule for both is a choice
-    pytest.param("plan", 6, 40, 1, 0.05, None, marks=pytest.mark.xfail(strict=True, reason="post-hoc mde 1.26x the "
-                                                                       "pre-run one at a 5 % base rate, 1 sample")),
+    ("plan", 3, 40, 1, 0.2, 0.21), ("plan", 3, 103, 4, 0.2, 0.21),  # seeds that differ 3x more than assumed
+    pytest.param("plan", 3, 103, 4, 0.05, None, marks=_JENSEN),  # a student at the floor's base rate
+    pytest.param("plan", 6, 40, 1, 0.05, None, marks=_JENSEN),
 ]
 
 
 @pytest.mark.parametrize("model, seeds, tasks, samples, rate, seed_sd", REGIMES)
 def test_the_pre_run_mde_is_the_one_004_reports_and_holds_its_power(model, seeds, tasks, samples, rate, seed_sd):
     """Under two generative models (the plan's own at a base rate, and a logistic one whose components the plan is
-    given, as a pilot would measure them), the plan's pre-run mde is within 1.2x of the mean mde 004's analysis
-    reports after the run (ab.difference), 600 experiments at the pre-run mde detect it at least 78 % of the time,
-    and 600 with no effect read "above 0" at most 3 %."""
+    given, as a pilot would measure them), 600 experiments at the plan's pre-run mde detect it at least 78 % of the
+    time, 600 with no effect read "above 0" at most 3 %, and the pre-run mde is within 1.2x of the mean mde 004's
+    analysis reports after the run (ab.difference)."""
     rng = np.random.default_rng(52)
     if model == "plan":
         a = power.at_base_rate(power.Assumptions(), rate)
-        a = dataclasses.replace(a, seed_sd=seed_sd) if seed_sd else a
-        cells = lambda e: _plan_cells(rng, seeds, tasks, samples, e, a, rate)  # noqa: E731
-        truth = lambda e: float(np.mean(np.clip(rate + e + rng.normal(0, a.seed_sd, 400_000)  # noqa: E731
-                                                + rng.normal(0, a.task_sd, 400_000), 0, 1)) - rate)
+        a = dataclasses.replace(a, seed_sd_logit=seed_sd) if seed_sd else a
+        cells = lambda e: _plan_cells(rng, seeds, tasks, samples, e, a)  # noqa: E731
+        truth = lambda e: _plan_truth(e, a, rng)  # noqa: E731
     else:
         _, a = _logistic_truth(0.0, rng)
         cells = lambda e: _logistic_cells(rng, seeds, tasks, samples, e)  # noqa: E731
@@ -382,8 +411,50 @@ def test_the_pre_run_mde_is_the_one_004_reports_and_holds_its_power(model, seeds
     pre = power.mde(seeds, tasks, samples, a)
     zero = scipy.optimize.brentq(truth, -0.2, 3.0)  # the shift whose true B - A is 0 (clipping, convexity)
     null = [ab.difference(*cells(zero)) for _ in range(600)]
-    post = float(np.mean([r["mde"] for r in null]))
-    assert 1 / 1.2 <= post / pre <= 1.2, (pre, post)
     assert np.mean([r["diff"].low > 0 for r in null]) <= 0.03
     shift = scipy.optimize.brentq(lambda x: truth(x) - pre, -0.2, 3.0)
     assert np.mean([ab.difference(*cells(shift))["diff"].low > 0 for _ in range(600)]) >= 0.78
+    post = float(np.mean([r["mde"] for r in null]))
+    if not 1 / 1.2 <= post / pre <= 1.2:
+        raise MeanMdeApart((pre, post))
+
+
+def test_the_plan_and_004_take_the_variance_at_the_effect_by_one_rule():
+    """The plan's mde is 004's mde formula (stats.crossed_detectable_effect_at over power.components_at, as
+    ab.difference calls it) applied to the plan's stated components as if observed at the base rate: the same
+    growth for the residual, the task and the seed terms."""
+    for rate, (seeds, tasks, samples) in ((0.05, (6, 40, 1)), (0.2, (3, 103, 4)), (0.36, (5, 60, 2))):
+        a = power.at_base_rate(power.Assumptions(), rate)
+        c = power.components(seeds, tasks, samples, a)
+        observed = {**c, "ms_seed": c["residual"] + tasks * c["seed"], "ms_task": c["residual"] + seeds * c["task"]}
+        by_004 = stats.crossed_detectable_effect_at(lambda e: power.components_at(observed, e, rate, rate),
+                                                    estimated=False)
+        assert power.mde(seeds, tasks, samples, a) == pytest.approx(by_004, abs=1e-6)
+        # and the growth is the squared slope's for the task term: ~4x from 5 % to 5 % + 0.1
+        grown = power.components(seeds, tasks, samples, a, effect=0.1)["task"] / c["task"]
+        w = lambda p: (p * (1 - p)) ** 2  # noqa: E731
+        assert grown == pytest.approx((w(rate) + w(rate + 0.1)) / (2 * w(rate)))
+
+
+def test_the_live_notebooks_pre_run_mde_is_the_headers():
+    """004's live run prints the mde the plan gave before it ran: the header's, at the student's published base rate
+    (not at the assumed discordance, which would promise a different design)."""
+    d = power.design(LIVE, base_rate=power.BASE_RATES[LIVE["student"]][0])
+    assert power.planned_mde(LIVE["student"], d["seeds"], d["tasks"], d["samples"]) == d["mde"]
+    assert f"detects B - A >= {d['mde']:.3f} with 80 % power" in (ROOT / "params/live/004-ab-train-grpo-vs-trace-replay-dpo.yaml").read_text()
+    assert power.planned_mde("someone/unknown", 3, 33, 4) == power.mde(3, 33, 4) != d["mde"]
+
+
+def test_a_base_rate_of_0_or_1_gives_nothing_to_plan_from_and_is_refused():
+    """At a rate of 0 or 1 two runs cannot differ: the power model refuses to state a variance there (rather than
+    an mde of 0), and the search refuses a student near either end (the floor, and the ceiling above 1 - floor)."""
+    for rate in (0.0, 1.0):
+        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+            power.mde(3, 40, 1, power.at_base_rate(power.Assumptions(), rate))
+    with pytest.raises(ValueError, match=r"discordance must be in \(0, 0.5\]"):
+        power.mde(3, 40, 1, power.Assumptions(discordance=0.6))
+    assert "> the 95% ceiling" in power.refusal("Qwen/Qwen3-8B", {"Qwen/Qwen3-8B": (0.97, "a pilot")})
+    assert power.refusal("Qwen/Qwen3-8B", {"Qwen/Qwen3-8B": (0.5, "a pilot")}) is None
+    found = power.search(5000, LIVE, base_rates={"Qwen/Qwen3-8B": (1.0, "a pilot")}, students=("Qwen/Qwen3-8B",))
+    assert found["best"] is None and "ceiling" in found["refused"]["Qwen/Qwen3-8B"]
+    assert found["live"]["mde"] == power.design(LIVE)["mde"]  # at the assumptions: no variance at a rate of 1
