@@ -73,6 +73,10 @@ class ComposerConfig(GRPOConfig):
     trace_replay_batch_size: int = field(
         default=2, metadata={"help": "Pairs per optimizer step and process, shared out over its micro-batches."}
     )
+    unmasked_cpu_rows: bool = field(default=False, metadata={"help": (
+        "On CPU (sdpa), GRPO's padded rows one forward each and DPO pairs one at a time, every sequence attended "
+        "without a mask (unmasked_rows_logps: long rows run in less time and far less memory); off: TRL's batched "
+        "forward, which 0/0 reduces to exactly.")})
 
     def __post_init__(self):
         check_channels(self)
@@ -175,7 +179,8 @@ def completion_logits(model, input_ids, attention_mask, logits_to_keep: int, tem
     return logits[:, :-1, :] / temperature
 
 
-def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, fused: bool = False):
+def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, fused: bool = False,
+                           unmasked_prompt: bool = False):
     """Log-probs (rows x completion length, 0 at padding) of each row's completion tokens after its prompt, in
     GRPO's layout (prompts padded on the left, completions on the right).
 
@@ -187,7 +192,8 @@ def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, compl
     added with: the hint teacher's sampling temperature), which never builds the logits; otherwise from logits at
     temperature 1 (the DPO channel's, as its reference log-probs). Where the model keeps no cache (gradient
     checkpointing turns it off), one forward over whole rows. The two agree to float rounding, values and
-    gradients (tests/test_trainer.py)."""
+    gradients (tests/test_trainer.py). `unmasked_prompt`: a single unpadded prompt runs with no attention mask
+    (plain causal attention: see unmasked_rows_logps)."""
     unwrapped = getattr(model, "module", model)  # DDP's wrapper holds the model as .module
     if getattr(unwrapped, "is_gradient_checkpointing", False):
         return _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, fused)
@@ -203,8 +209,10 @@ def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, compl
     cache = None
     if ids.size(1) > 1:
         cache = DynamicCache(config=unwrapped.config)
-        model(input_ids=ids[:, :-1], attention_mask=_causal_mask(model, mask[:, :-1], ids.size(1) - 1),
-              position_ids=positions[first, : ids.size(1) - 1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        plain = unmasked_prompt and len(ids) == 1 and bool(mask.all())
+        attend = None if plain else _causal_mask(model, mask[:, :-1], ids.size(1) - 1)
+        model(input_ids=ids[:, :-1], attention_mask=attend, position_ids=positions[first, : ids.size(1) - 1],
+              past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache.batch_select_indices(inverse)
     inputs = dict(input_ids=tail, attention_mask=_causal_mask(model, full_mask, tail.size(1)),
                   position_ids=positions[:, -tail.size(1):], past_key_values=cache)
@@ -240,6 +248,48 @@ def _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion
                      fused_lm_head=True).log_probs[:, -keep:]
     logits = completion_logits(model, ids, mask, keep)
     return selective_log_softmax(logits.float(), completion_ids) * completion_mask
+
+
+def unmasked_rows_logps(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool):
+    """TRL's GRPO forward (its fused head's log-probs, and entropies) one row at a time, each row cut to its real
+    tokens at the positions TRL's padded batch gives them (the column index), so that attention runs with no mask;
+    (rows x logits_to_keep, 0 where not scored) as TRL returns them, or None where a row's real tokens are not one
+    run (never in GRPO's layout: prompts padded on the left, completions on the right). Why: CPU's SDPA has a fused
+    kernel for unmasked causal attention only; a padded batch's mask sends it to the math kernel, which builds and
+    keeps every row's L x L scores (the report zoo's student, one 4,800-token row, forward and backward, one thread:
+    1.8 s unmasked against 4.4 s a row in a padded batch, whose scores also made most of a job's peak memory)."""
+    width, first = input_ids.size(1), input_ids.size(1) - logits_to_keep
+    logps, entropies = [], []
+    for row, mask in zip(input_ids, attention_mask):
+        real = mask.nonzero().flatten()
+        start, end = int(real[0]), int(real[-1]) + 1
+        if end - start != len(real):
+            return None
+        ids = row[None, start:end]
+        labels = ids.masked_fill(torch.arange(start, end, device=ids.device) < first, -100)
+        out = model(input_ids=ids, labels=labels, position_ids=torch.arange(start, end, device=ids.device)[None],
+                    fused_lm_head=True)
+        scored = max(first, start + 1)  # the first column scored (a row's first token has nothing before it)
+
+        def placed(values):  # values[0, j] is column start + j + 1's (the head scores the next token)
+            return torch.nn.functional.pad(values[0, scored - start - 1:], (scored - first, width - end))
+
+        logps.append(placed(out.log_probs))
+        if compute_entropy:
+            entropies.append(placed(out.entropy))
+    return torch.stack(logps), torch.stack(entropies) if compute_entropy else None
+
+
+def unfused_masks(model, device) -> bool:
+    """Whether `model`'s attention on `device` has no fused kernel for a mask (an sdpa model on CPU: see
+    unmasked_rows_logps), so that a sequence runs faster and in less memory alone and unmasked."""
+    return getattr(model, "module", model).config._attn_implementation == "sdpa" and device.type == "cpu"
+
+
+def masks_cost_more(model, attention_mask) -> bool:
+    """Whether a padded batch's forward would take unmasked_rows_logps' way: it has padding, and its model no fused
+    kernel for the mask that makes (unfused_masks)."""
+    return unfused_masks(model, attention_mask.device) and not bool(attention_mask.all())
 
 
 def packable(model) -> bool:
@@ -364,17 +414,22 @@ def packed_logps(model, packed: dict, pairs: int):
     return (sequences[0::2], sequences[1::2]), out
 
 
-def pair_logps(model, encoded: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_logps(model, encoded: list[dict], pad_id: int, *, unmasked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence log-probs of chosen and rejected under `model`: a pair's two completions on one encoding of its
     prompt, packed in one forward (pack_rows) where the model allows, else on a KV cache of it (rows: chosen 0,
-    rejected 0, chosen 1, ...; see completion_token_logps)."""
+    rejected 0, chosen 1, ...; see completion_token_logps). `unmasked`, where masks are unfused (unfused_masks: CPU):
+    one pair at a time on the cache of its prompt, which runs with no mask."""
+    device = next(model.parameters()).device
+    if unmasked and unfused_masks(model, device):
+        seq = torch.stack([completion_token_logps(model, **_collate([e["prompt"]] * 2, [e["chosen"], e["rejected"]],
+                                                                    pad_id, device), unmasked_prompt=True).sum(-1)
+                           for e in encoded])
+        return seq[:, 0], seq[:, 1]
     if packable(model):
-        device = next(model.parameters()).device
         return packed_logps(model, pack_rows(encoded, pad_id, device), len(encoded))[0]
     prompts = [e["prompt"] for e in encoded for _ in range(2)]
     completions = [c for e in encoded for c in (e["chosen"], e["rejected"])]
-    batch = _collate(prompts, completions, pad_id, next(model.parameters()).device)
-    seq = completion_token_logps(model, **batch).sum(-1)
+    seq = completion_token_logps(model, **_collate(prompts, completions, pad_id, device)).sum(-1)
     return seq[0::2], seq[1::2]
 
 
@@ -487,8 +542,15 @@ class ComposerTrainer(GRPOTrainer):
         if riders and self._ride(model, attention_mask, riders, compute_aux_loss, kwargs):
             out = self._forward_with_pairs(model, input_ids, attention_mask, logits_to_keep, compute_entropy, riders)
         else:
-            out = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                             batch_size, compute_entropy, compute_aux_loss, **kwargs)
+            out = None
+            if (self.args.unmasked_cpu_rows and not compute_aux_loss and all(v is None for v in kwargs.values())
+                    and masks_cost_more(model, attention_mask)):
+                with self.accelerator.autocast():
+                    rows = unmasked_rows_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+                out = rows and (*rows, None)
+            out = out or super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **kwargs)
         if self._capture_student_logps:  # the student's own forward inside GRPO's loss: reuse, don't recompute
             self._capture_student_logps = False
             self._student_logps = out[0]
@@ -627,8 +689,10 @@ class ComposerTrainer(GRPOTrainer):
         rows are padded (so its forward takes a mask anyway: unpadded, it runs causal attention without one, which a
         packed batch would give up), and packed in no more places than GRPO's batch holds plus twice the pairs'
         tokens (the padding a packing adds, at most the pairs' own work again: long rows with no room for a pair
-        would pad a whole row for it). Otherwise the pairs run packed in a forward of their own (pair_logps)."""
-        if compute_aux_loss or any(v is not None for v in extra_inputs.values()) or not packable(model):
+        would pad a whole row for it), unless GRPO's rows run unmasked (unmasked_cpu_rows, where masks_cost_more).
+        Otherwise the pairs run packed in a forward of their own (pair_logps)."""
+        if (compute_aux_loss or any(v is not None for v in extra_inputs.values()) or not packable(model)
+                or (self.args.unmasked_cpu_rows and masks_cost_more(model, attention_mask))):
             return False
         widths = segment_widths(attention_mask, pairs)
         grpo, pair_tokens = widths[: attention_mask.size(0)], sum(widths[attention_mask.size(0):])
@@ -652,7 +716,8 @@ class ComposerTrainer(GRPOTrainer):
         """The DPO loss of these pairs as their share of the step's mean over its trace_replay_batch_size pairs:
         summed over the step's micro-batches, the mean a single batch of them would give. Its figures go to `logs`."""
         policy_chosen, policy_rejected = self._ridden or pair_logps(model, [self._encoded_pairs[i] for i in index],
-                                                                    self._tokenizer.pad_token_id)
+                                                                    self._tokenizer.pad_token_id,
+                                                                    unmasked=self.args.unmasked_cpu_rows)
         ref_chosen, ref_rejected = self._ref_logps[:, index].to(policy_chosen.device, policy_chosen.dtype)
         losses, chosen_rewards, rejected_rewards = dpo_loss(
             policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta=self.args.trace_replay_beta

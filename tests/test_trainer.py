@@ -9,7 +9,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
 from composer.models import load_model, tiny_model
-from composer.trainer import ComposerConfig, ComposerTrainer, add_reference_logps, completion_logits
+from composer.trainer import (ComposerConfig, ComposerTrainer, add_reference_logps, completion_logits, masks_cost_more,
+                              unmasked_rows_logps)
 from composer.trainer_checks import build_trainer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -281,14 +282,19 @@ def test_completion_logps_encode_each_distinct_prompt_once(model_path, tokenizer
     torch.testing.assert_close(checkpointed[0], whole[0], atol=1e-5, rtol=0)
 
 
-def test_pair_logps_sum_each_completion_on_its_prompt(model_path, tokenizer, pairs):
-    """A pair's chosen and rejected sequence log-probs: its rows' token log-probs, summed."""
+@pytest.mark.parametrize("unfused", [True, False], ids=["unmasked: a pair at a time", "packed"])
+def test_pair_logps_sum_each_completion_on_its_prompt(model_path, tokenizer, pairs, unfused):
+    """A pair's chosen and rejected sequence log-probs: its rows' token log-probs, summed; packed in one forward, or
+    (`unmasked`, on CPU) one pair at a time on the cache of its prompt run with no mask (two forwards a pair)."""
     from composer.trainer import _collate, encode_pairs, pair_logps
 
     model = load_model(model_path)
     encoded = encode_pairs(tokenizer, pairs)
     with torch.no_grad():
-        chosen, rejected = pair_logps(model, encoded, tokenizer.pad_token_id)
+        counter = ForwardCounter(model)
+        chosen, rejected = pair_logps(model, encoded, tokenizer.pad_token_id, unmasked=unfused)
+        counter.handle.remove()
+        assert counter.n == (2 * len(encoded) if unfused else 1)
         for e, c, r in zip(encoded, chosen, rejected):
             batch = _collate([e["prompt"]] * 2, [e["chosen"], e["rejected"]], tokenizer.pad_token_id, "cpu")
             ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
@@ -483,16 +489,58 @@ def test_pairs_ride_in_grpos_forward(model_path, tokenizer, train_dataset, pairs
 
 def test_pairs_ride_only_where_grpos_forward_takes_a_mask_and_has_room(model_path, tokenizer, train_dataset, pairs,
                                                                        tmp_path):
-    """Unpadded rows run causal attention without a mask, which packing would give up; a pair that finds no room in
-    long rows would pad a whole row for itself."""
+    """Unpadded rows run causal attention without a mask, which packing would give up (so do padded ones on CPU
+    with unmasked_cpu_rows, one row at a time); a pair that finds no room in long rows would pad a whole row for
+    itself."""
     trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, pairs=pairs,
                    trace_replay_weight=1.0)
     pair = {"prompt": [5] * 10, "chosen": [6] * 3, "rejected": [7] * 3}  # 17 places
     padded = torch.ones(4, 20, dtype=torch.long)
     padded[:, :5] = 0  # 15 real tokens a row: the pair needs a row of its own, 20 places for its 17
+    unmasked = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path / "unmasked", pairs=pairs,
+                    trace_replay_weight=1.0, unmasked_cpu_rows=True)
+    assert not unmasked._ride(unmasked.model, padded, [pair], False, {})
     assert trainer._ride(trainer.model, padded, [pair], False, {})
     assert not trainer._ride(trainer.model, torch.ones(4, 20, dtype=torch.long), [pair], False, {})
     long_rows = torch.ones(4, 200, dtype=torch.long)
     long_rows[0, 0] = 0
     assert not trainer._ride(trainer.model, long_rows, [pair], False, {})  # 200 places for 17: more than 2 x 17
     assert not trainer._ride(trainer.model, padded, [pair], True, {})  # an MoE aux loss
+
+
+def test_unmasked_rows_give_trls_padded_forward(model_path, tokenizer, train_dataset, tmp_path):
+    """With unmasked_cpu_rows, on CPU a padded batch's forward runs one row at a time, each cut to its real tokens at the positions TRL's
+    padded batch gives them, with no attention mask (CPU's SDPA fuses only unmasked causal attention): the log-probs,
+    entropies and gradients TRL's padded forward gives, to float rounding; a row whose real tokens are not one run is
+    left to TRL's forward."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, unmasked_cpu_rows=True)
+    inputs = generation_batch(trainer, 8)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    keep = inputs["completion_ids"].size(1)
+    assert (inputs["prompt_mask"] == 0).any()
+    assert masks_cost_more(trainer.model, mask) and not masks_cost_more(trainer.model, torch.ones_like(mask))
+    results = []
+    for forward in (lambda: trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
+                                                                        compute_entropy=True),
+                    lambda: GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, keep,
+                                                                           compute_entropy=True)):
+        trainer.model.zero_grad()
+        counter = ForwardCounter(trainer.model)
+        logps, entropies, _ = forward()
+        (logps * inputs["completion_mask"]).sum().backward()
+        results.append((logps.detach(), entropies, {n: p.grad.clone() for n, p in trainer.model.named_parameters()},
+                        counter.n))
+        counter.handle.remove()
+    (logps, entropies, grads, forwards), (trl_logps, trl_entropies, trl_grads, trl_forwards) = results
+    assert (forwards, trl_forwards) == (len(ids), 1)  # one forward a row, against one for the padded batch
+    scored = inputs["completion_mask"].bool()
+    torch.testing.assert_close(logps[scored], trl_logps[scored], atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropies[scored], trl_entropies[scored].detach(), atol=1e-5, rtol=0)
+    assert (logps[~scored] == 0).all()
+    for name, grad in trl_grads.items():
+        assert (grads[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
+    holed = mask.clone()
+    holed[0, -keep] = 0  # a hole in the first row's completion
+    holed[0, -1] = 1
+    assert unmasked_rows_logps(trainer.model, ids, holed, keep, False) is None
