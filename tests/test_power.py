@@ -378,8 +378,8 @@ class MeanMdeApart(AssertionError):
 
 # At a 5 % base rate the mde 004 reports after the run is a convex function of its estimated components (the task
 # and seed terms grow with the squared slope, ~4x from 5 % to the effect, and the mde with them), so its mean over
-# experiments sits above the mde at the true components (Jensen): 1.35x and 1.31x the plan's here (medians 0.97x and
-# 1.13x, q90 2.1x), while the plan's own mde holds its power (0.80, 0.86). The rule is one; 004's reading of it from 3-6
+# experiments sits above the mde at the true components (Jensen): 1.32x and 1.30x the plan's here (medians 0.96x and
+# 1.12x, q90 ~2x), while the plan's own mde holds its power (0.80, 0.86). The rule is one; 004's reading of it from 3-6
 # seeds is conservative and noisy at low base rates. Strict: it fails once the mean comes within 1.2x.
 _JENSEN = pytest.mark.xfail(strict=True, raises=MeanMdeApart, reason="at a 5 % base rate 004's post-hoc mde averages "
                             "1.3x the plan's (convex in its estimated components); power at the plan's holds")
