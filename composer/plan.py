@@ -387,8 +387,8 @@ def from_pilot(summary: dict, values: dict, assumptions: power.Assumptions, *, c
                                "its assumptions")
     published = power.BASE_RATES.get(values["student"])
     d_assumed = power.design(values, assumptions, base_rate=published and published[0])
-    d_measured = power.design(values, dataclasses.replace(assumptions, **measured)) if measured else d_assumed
     used = dataclasses.replace(assumptions, **measured)
+    d_measured = power.design(values, used) if measured else d_assumed
     w = workload(values)
     ph = summary.get("phases") or {}
     unit = {"generate_s_per_turn": None, "train_s_per_token": None,
