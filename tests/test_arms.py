@@ -347,8 +347,10 @@ def test_a_training_saves_the_model_after_each_checkpoint_step(tmp_path):
 def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monkeypatch):
     """TRL's GRPOConfig turns gradient checkpointing on, and a checkpointed model keeps no cache, so
     trainer.completion_token_logps would encode each pair's ~3,500-token prompt once per row (chosen, rejected) and
-    recompute it in the backward. 004's train jobs run the pairs packed (trainer.packed_logps: a pair's prompt once,
-    chosen and rejected as two branches of one row), never as whole rows."""
+    recompute it in the backward. 004's train jobs encode a pair's prompt once, never as whole rows: on CPU (the
+    report profile's unmasked_cpu_rows) one pair at a time on the cache of its unmasked prompt
+    (trainer.completion_token_logps), else packed (trainer.packed_logps: chosen and rejected as two branches of one
+    row)."""
     from composer import run, trainer
 
     report = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo", profile="report")[0]
@@ -356,8 +358,10 @@ def test_the_report_profiles_dpo_arms_encode_a_pairs_prompt_once(tmp_path, monke
     plan, _ = _planned(_parameters(pairs_dir=str(tmp_path / "none"), seeds=1, steps=steps,
                                    trainer_config=report["trainer_config"]), tmp_path)
     (job,) = [j for j in arms.jobs(plan) if j["kind"] == "train" and j["arm"] == "B"]
+    assert report["trainer_config"]["unmasked_cpu_rows"]
     calls = {"shared": 0, "whole rows": 0}
-    for name, key in (("packed_logps", "shared"), ("_whole_rows_logps", "whole rows")):
+    for name, key in (("packed_logps", "shared"), ("completion_token_logps", "shared"),
+                      ("_whole_rows_logps", "whole rows")):
         def counted(*args, _f=getattr(trainer, name), _key=key, **kwargs):
             calls[_key] += 1
             return _f(*args, **kwargs)
