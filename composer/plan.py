@@ -473,19 +473,20 @@ def _from_pilot(path, assumptions: power.Assumptions, *, concurrent_tools: bool)
               f"{dm['mde']:.3f}: it may have no room to show the effect the design can detect")
     print(f"training GPU-hours per arm and seed ({s.gpus} GPUs, vLLM {s.vllm}): {r['assumed']['gpu_hours']:,.1f} "
           f"assumed, {r['gpu_hours']:,.1f} with the pilot's turns, tool, start and grading seconds")
-    plannable = lambda rate: student and power.refusal(student, {student: (rate, "the pilot")}) is None  # noqa: E731
-    if p1 and plannable(p1["estimate"]):
+    def refused(rate) -> str | None:  # why the search would not plan this student at `rate`, or None
+        return power.refusal(student, {student: (rate, "the pilot")})
+
+    if p1 and student and refused(p1["estimate"]) is None:
         print(f"designs for this student at its measured base rate: python -m composer plan --budget-usd 5000 "
               f"--student {student} --base-rate {student}={p1['estimate']:.3f}")
     reach, folder = summary.get("within_reach"), Path(path) if Path(path).is_dir() else Path(path).parent
     if reach and reach["tasks"] >= 2 and student:
+        why = refused(reach["pass_at_1"])
         print(f"within reach: {reach['tasks']} of {reach['of']} tasks solved at least once in {reach['samples']} "
               f"runs, pass@1 {reach['pass_at_1']:.3f} on them (optimistic: the same runs chose them). An A/B on them "
               f"only (004's test_tasks={folder / reach['file']}; its verdict then speaks for them alone): "
               + (f"python -m composer plan --budget-usd 5000 --student {student} --base-rate "
-                 f"{student}={reach['pass_at_1']:.3f} --pool-file {folder / reach['file']}"
-                 if plannable(reach["pass_at_1"]) else
-                 power.refusal(student, {student: (reach["pass_at_1"], "the pilot")})))
+                 f"{student}={reach['pass_at_1']:.3f} --pool-file {folder / reach['file']}" if why is None else why))
     print(json.dumps({"from_pilot": str(path), "backend": summary["backend"], "base_pass_at_1": p1,
                       "pass_at_k": pk, "discordance": disc, "task_spread": spread, "measured": r["measured"],
                       "unused": r["unused"],

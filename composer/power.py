@@ -441,10 +441,11 @@ def search(budget_usd: float, values: dict, assumptions: Assumptions = Assumptio
                     if effect is not None and m <= effect:
                         consider("cheapest_for_effect" + suffix, usd, args)
     names = [n + suffix for n in ("best", "cheapest", "cheapest_for_effect") for suffix in ("", "_same_treatment")]
+    own_rate = rates.get(own.student, (None,))[0]  # the live design at it, where one can plan from it (0 < p < 1)
     return {**{key: _design(*found[key][1], at_base_rate(assumptions, rates[found[key][1][0].student][0]),
                             concurrent_tools) if key in found else None for key in names},
             "live": design(values, assumptions, concurrent_tools=concurrent_tools,
-                           base_rate=rates[own.student][0] if 0 < rates.get(own.student, (0,))[0] < 1 else None),
+                           base_rate=own_rate if own_rate is not None and 0 < own_rate < 1 else None),
             "refused": refused,
             "base_rates": {name: {"pass_at_1": rates[name][0], "source": rates[name][1]}
                            for name in sorted({*students, own.student}) if name in rates}}

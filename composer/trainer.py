@@ -542,13 +542,12 @@ class ComposerTrainer(GRPOTrainer):
         if riders and self._ride(model, attention_mask, riders, compute_aux_loss, kwargs):
             out = self._forward_with_pairs(model, input_ids, attention_mask, logits_to_keep, compute_entropy, riders)
         else:
-            out = None
+            rows = None
             if (self.args.unmasked_cpu_rows and not compute_aux_loss and all(v is None for v in kwargs.values())
                     and masks_cost_more(model, attention_mask)):
                 with self.accelerator.autocast():
                     rows = unmasked_rows_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
-                out = rows and (*rows, None)
-            out = out or super()._get_per_token_logps_and_entropies(
+            out = (*rows, None) if rows else super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **kwargs)
         if self._capture_student_logps:  # the student's own forward inside GRPO's loss: reuse, don't recompute
