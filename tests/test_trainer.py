@@ -305,6 +305,36 @@ def test_pair_logps_sum_each_completion_on_its_prompt(model_path, tokenizer, pai
             torch.testing.assert_close(torch.stack([c, r]), expected, atol=1e-5, rtol=0)
 
 
+def test_unmasked_pairs_keep_one_pair_for_the_backward(model_path, tokenizer, pairs):
+    """On the unmasked path each pair is checkpointed: what the graph keeps for the backward after every pair's
+    forward is less than one pair's activations (so the backward holds one pair's at a time, not the step's), the
+    backward runs each pair's forward again, and the gradients are the packed forward's."""
+    from composer.trainer import _collate, completion_token_logps, encode_pairs, pair_logps
+
+    model = load_model(model_path)
+    encoded = encode_pairs(tokenizer, pairs)
+
+    def kept_and_grads(fn):
+        kept = []
+        model.zero_grad()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.numel() * t.element_size()) or t,
+                                                      lambda t: t):
+            chosen, rejected = fn()
+        (chosen - 2 * rejected).sum().backward()
+        return sum(kept), [p.grad.clone() for p in model.parameters()]
+
+    first = encoded[0]
+    one_pair, _ = kept_and_grads(lambda: completion_token_logps(
+        model, **_collate([first["prompt"]] * 2, [first["chosen"], first["rejected"]], tokenizer.pad_token_id, "cpu"),
+        unmasked_prompt=True).sum(-1).unbind())
+    counter = ForwardCounter(model)
+    kept, grads = kept_and_grads(lambda: pair_logps(model, encoded, tokenizer.pad_token_id, unmasked=True))
+    counter.handle.remove()
+    _, packed_grads = kept_and_grads(lambda: pair_logps(model, encoded, tokenizer.pad_token_id))
+    assert kept < one_pair / 4
+    assert counter.n == 2 * 2 * len(encoded)  # prompt and completions a pair, forward and again in the backward
+    for grad, packed in zip(grads, packed_grads):
+        torch.testing.assert_close(grad, packed, atol=1e-4, rtol=1e-4)
 def test_hint_teacher_encodes_each_hinted_prompt_once(model_path, tokenizer, train_dataset, tmp_path):
     """A group's rollouts share their hinted prompt: the teacher encodes it once per group, and its log-probs are
     the ones TRL's own scoring of whole rows gives."""
