@@ -46,6 +46,7 @@ from transformers import DynamicCache
 
 from composer.env.environment import CodingAction, CodingEnv, EnvConfig, gold_edits, tool_schemas
 from composer.kvcache import reserved_cache
+from composer.progress import bar
 from composer.vllm_engine import VLLMPolicy
 
 SYSTEM = ("You are a coding agent in a Python repository. Fix the reported bug with the tools: "
@@ -325,7 +326,8 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
     generate = model.turns if isinstance(model, VLLMPolicy) else functools.partial(transformers_turns, model)
     results = []
     # The environments' steps wait mostly on their sandboxed test runs: they run side by side.
-    with ThreadPoolExecutor(max_workers=len(envs)) as pool:
+    with ThreadPoolExecutor(max_workers=len(envs)) as pool, bar(total=len(episodes), desc="episodes",
+                                                                 unit="episode") as finished:
         for start in range(0, len(episodes), len(envs)):
             state = []
             for env, (instance, seed) in zip(envs, episodes[start:start + len(envs)]):
@@ -352,6 +354,7 @@ def rollouts(model, tokenizer, envs: list[CodingEnv], episodes: list[tuple[dict,
                     break
             results += [(ep["messages"], float(ep["obs"].reward or 0.0) if ep["done"] else 0.0, ep["info"])
                         for ep in state]
+            finished.update(len(state))
     return results
 
 

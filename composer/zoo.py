@@ -203,8 +203,9 @@ def demonstrations(profile: Profile, style: str, *, workers: int = 2) -> list[di
         (policies.SLIPS, policies.SYSTEM)).encode()).hexdigest()
     key = config_hash(tasks=[r["instance_id"] for r in records], noise=noise, env=profile.env, policy=policy, **versions())
 
-    def one(i: int, env: CodingEnv) -> dict:
+    def one(i: int, env: CodingEnv, done) -> dict:
         messages, reward, info = policies.demonstrate(env, records[i], noise=noise, seed=profile.seed * 100_003 + i)
+        done.update()
         return {"instance_id": records[i]["instance_id"], "messages": messages, "reward": reward, "info": info}
 
     def build():
@@ -212,10 +213,11 @@ def demonstrations(profile: Profile, style: str, *, workers: int = 2) -> list[di
         def shard(w):
             env = CodingEnv(config=profile.env)
             try:
-                return [one(i, env) for i in range(w, len(records), workers)]
+                return [one(i, env, done) for i in range(w, len(records), workers)]
             finally:
                 env.close()
-        with ThreadPoolExecutor(workers) as pool:
+        with ThreadPoolExecutor(workers) as pool, bar(total=len(records), desc=f"zoo demonstrations ({style})",
+                                                      unit="episode") as done:
             shards = list(pool.map(shard, range(workers)))
         rows = sorted((r for s in shards for r in s), key=lambda r: [x["instance_id"] for x in records].index(
             r["instance_id"]))

@@ -19,7 +19,7 @@ MAX_ENV_TOP = 6  # modules directly in composer/env/, besides __init__: the rest
 # Lowest first. A module is on the floor whose name is the longest prefix of its own, and may import its own floor
 # and the floors below. The first floor is what the environment may take from the rest of composer.
 FLOORS = [
-    ("composer.files", "composer.paths", "composer.traces", "composer.threadsafe_ast"),
+    ("composer.files", "composer.paths", "composer.progress", "composer.traces", "composer.threadsafe_ast"),
     ("composer.env.containment",),  # running untrusted code
     ("composer.env.embedded",),  # making the embedded tasks
     ("composer.env.defences",),  # deciding what a run proves

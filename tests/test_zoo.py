@@ -6,6 +6,8 @@ The smoke profile trains four very small models on a handful of real demonstrati
 the report profile (python -m composer.zoo) is never run here.
 """
 
+import io
+
 import pytest
 
 from composer import policies, zoo
@@ -65,6 +67,24 @@ def test_report_table_has_the_required_columns(built):
     for header in ("model", "params", "train_s", "pass@1", "95% CI (Wilson)", "n", "vs student"):
         assert header in text.splitlines()[0]
     assert len(text.splitlines()) == 1 + len(rows)
+
+
+def test_each_phase_writes_lines_in_a_commands_log(built, tmp_path, monkeypatch):
+    """`make reports > log`: making the tasks, the demonstrations and the evaluations each say where they are (not
+    only training), from a cache that holds none of them."""
+    from composer import progress
+
+    log = io.StringIO()
+    monkeypatch.setenv("COMPOSER_CACHE", str(tmp_path))
+    monkeypatch.setenv(progress.ENV, "command")
+    monkeypatch.setattr("sys.stderr", log)
+    smoke = zoo.PROFILES["smoke"]
+    zoo.demonstrations(smoke, "clean")
+    zoo.evaluation(built["student"], smoke)
+    lines = log.getvalue().splitlines()
+    for phase, n in (("train tasks", smoke.n_train), ("zoo demonstrations (clean)", smoke.n_train),
+                     ("test tasks", smoke.n_test), ("episodes", smoke.n_test)):
+        assert any(line.startswith(f"{phase}: 100%") and f" {n}/{n} [" in line for line in lines), (phase, lines)
 
 
 def test_mask_covers_exactly_what_the_model_generates():

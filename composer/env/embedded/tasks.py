@@ -59,6 +59,7 @@ from pathlib import Path
 from composer.env.containment import patches, sandbox
 from composer.env.embedded import library
 from composer.env.embedded.mutations import MUTATIONS, Site, catalogue
+from composer.progress import bar
 
 SCHEMA_FIELDS = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text",
                  "created_at", "version", "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit")
@@ -434,7 +435,8 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
     workers = workers or len(os.sched_getaffinity(0))
     specs = (_Spec(_task_seed(seed, split, j), split, difficulty) for j in itertools.count())
     records, seen, pending, tried, left_out = [], set(), deque(), 0, {}
-    with ThreadPoolExecutor(workers) as pool:
+    # validating a candidate runs its tests (and accept's probes): the report zoo's 380 take minutes to say nothing
+    with ThreadPoolExecutor(workers) as pool, bar(total=n, desc=f"{split} tasks", unit="task") as taken:
         while len(records) < n:
             while len(pending) < 2 * workers:
                 if tried > 20 * n + 50:
@@ -451,6 +453,7 @@ def generate(n: int, *, seed: int = 0, split: str = "train", difficulty: Difficu
                 if accepted:  # a refused bug may come again with other tests, which accept may take
                     seen.add(key)
                     records.append(rec)
+                    taken.update()
                     left_out.pop(key, None)
                 else:
                     left_out.setdefault(key, rec["instance_id"])
