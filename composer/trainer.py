@@ -196,7 +196,9 @@ def completion_token_logps(model, prompt_ids, prompt_mask, completion_ids, compl
     gradients (tests/test_trainer.py). `unmasked_prompt`: a single unpadded prompt runs with no attention mask
     (plain causal attention: see unmasked_rows_logps)."""
     unwrapped = getattr(model, "module", model)  # DDP's wrapper holds the model as .module
-    if getattr(unwrapped, "is_gradient_checkpointing", False):
+    # transformers 5.x renamed the flag (the old name warns at every call); the live extra's older pin may lack it
+    checkpointing = getattr(unwrapped, "is_activation_checkpointing", None)
+    if checkpointing if checkpointing is not None else getattr(unwrapped, "is_gradient_checkpointing", False):
         return _whole_rows_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, fused)
     _, inverse = torch.unique(prompt_ids.masked_fill(prompt_mask == 0, -1), dim=0, return_inverse=True)
     rows = torch.arange(len(inverse), device=inverse.device)
@@ -440,13 +442,14 @@ def pair_logps(model, encoded: list[dict], pad_id: int, *, unmasked: bool = Fals
 
 @torch.no_grad()
 def add_reference_logps(pairs_dataset, model, tokenizer, batch_size: int = 8):
-    """Add `ref_chosen_logps` / `ref_rejected_logps` under `model` (the initial policy), once, before training."""
+    """Add `ref_chosen_logps` / `ref_rejected_logps` under `model` (the initial policy), once, before training; on
+    CPU a pair at a time, unmasked (pair_logps: a packed batch's mask would take CPU's unfused attention)."""
     was_training = model.training
     model.eval()
     chosen, rejected = [], []
     for start in range(0, len(pairs_dataset), batch_size):
         rows = pairs_dataset.select(range(start, min(start + batch_size, len(pairs_dataset))))
-        c, r = pair_logps(model, encode_pairs(tokenizer, rows), tokenizer.pad_token_id)
+        c, r = pair_logps(model, encode_pairs(tokenizer, rows), tokenizer.pad_token_id, unmasked=True)
         chosen += c.tolist()
         rejected += r.tolist()
     model.train(was_training)

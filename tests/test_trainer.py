@@ -305,6 +305,23 @@ def test_pair_logps_sum_each_completion_on_its_prompt(model_path, tokenizer, pai
             torch.testing.assert_close(torch.stack([c, r]), expected, atol=1e-5, rtol=0)
 
 
+def test_reference_logps_on_cpu_take_a_pair_at_a_time_unmasked(model_path, tokenizer, pairs):
+    """Reference log-probs on CPU: each pair alone on its unmasked prompt (two forwards a pair, not one packed
+    forward whose mask takes CPU's unfused attention), the values the packed forward gives."""
+    from composer.trainer import encode_pairs, pair_logps
+
+    model = load_model(model_path)
+    rows = pairs.remove_columns(["ref_chosen_logps", "ref_rejected_logps"])
+    counter = ForwardCounter(model)
+    again = add_reference_logps(rows, model, tokenizer)
+    counter.handle.remove()
+    assert counter.n == 2 * len(rows)
+    with torch.no_grad():
+        packed = pair_logps(model, encode_pairs(tokenizer, rows), tokenizer.pad_token_id)
+    for column, expected in zip(("ref_chosen_logps", "ref_rejected_logps"), packed):
+        torch.testing.assert_close(torch.tensor(again[column]), expected, atol=1e-4, rtol=0)
+
+
 def test_unmasked_pairs_keep_one_pair_for_the_backward(model_path, tokenizer, pairs):
     """On the unmasked path each pair is checkpointed: what the graph keeps for the backward after every pair's
     forward is less than one pair's activations (so the backward holds one pair's at a time, not the step's), the
