@@ -178,13 +178,33 @@ def _run(request: dict, out_fd: int, report_fd: int, root: str, pytest) -> None:
             except OSError:
                 continue
         os._exit(126)
+    run_pytest(pytest, request["args"], [os.getcwd(), request["plugin_dir"]])  # `python -m pytest` with PYTHONPATH
+
+
+# The two functions below run in the warm worker's server too (composer.env.containment.worker.ZYGOTE takes their
+# source): they may use only the modules both import, and nothing else of this file.
+def preload_pytest():
+    """pytest, and what pytest.main would otherwise import on every run, imported once (into a server's heap)."""
+    import pytest
+    from _pytest.config import default_plugins
+    for name in [*("_pytest." + p for p in default_plugins), "_pytest._argcomplete", "faulthandler", "pdb", "tomllib"]:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    return pytest
+
+
+def run_pytest(pytest, args: list[str], path: list[str]) -> None:
+    """The run, in a child forked from a server that preloaded pytest: pytest.main(args) with `path` ahead of
+    sys.path, exiting with its code (3 where it raised); never returns."""
     tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
     random.seed()
     importlib.invalidate_caches()
-    sys.path[:0] = [os.getcwd(), request["plugin_dir"]]  # what `python -m pytest` with PYTHONPATH would have
-    sys.argv = [pytest.__file__, *request["args"]]
+    sys.path[:0] = path
+    sys.argv = [pytest.__file__, *args]
     try:
-        rc = int(pytest.main(request["args"]))
+        rc = int(pytest.main(args))
     except BaseException:
         traceback.print_exc()
         rc = 3
@@ -229,13 +249,7 @@ def serve(fd: int) -> None:
         return
     if sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]  # preload only the host's pytest, never a module of a folder
-    import pytest
-    from _pytest.config import default_plugins
-    for name in [*("_pytest." + p for p in default_plugins), "_pytest._argcomplete", "faulthandler", "pdb", "tomllib"]:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass
+    pytest = preload_pytest()
     root = tempfile.mkdtemp(prefix="composer-forkserver-")  # each run's new / is mounted here, in its namespace
     gc.freeze()
     sock.sendall(json.dumps({"ready": sorted({m.split(".")[0] for m in sys.modules})}).encode())

@@ -9,6 +9,7 @@ See composer.env.containment.sandbox's docstring for how it is contained and whe
 """
 
 import contextlib
+import inspect
 import itertools
 import json
 import os
@@ -20,7 +21,7 @@ import time
 import weakref
 from pathlib import Path
 
-from composer.env.containment import sandbox
+from composer.env.containment import forkserver, sandbox
 from composer.env.containment.limits import Limits, SandboxError, chown_tree
 from composer.env.containment.sandbox import (TestRun, _cut_note, _drain, _kill_group, _Output, _pump, _pytest_once,
                                               _Report, _Session, _shadows, run_pytest)
@@ -43,14 +44,8 @@ if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
 if os.getpid() != 1:
     sys.exit(f"the pytest worker's server must be pid 1 of its own PID namespace, not pid {os.getpid()}")
 del sys.path[0]  # the repo: preload only the host's pytest, never a module of the repo
-import pytest
-from _pytest.config import default_plugins
-# What pytest.main would otherwise import on every run: once here instead.
-for name in [*("_pytest." + p for p in default_plugins), "_pytest._argcomplete", "faulthandler", "pdb", "tomllib"]:
-    try:
-        importlib.import_module(name)
-    except Exception:
-        pass
+""" + inspect.getsource(forkserver.preload_pytest) + inspect.getsource(forkserver.run_pytest) + r"""
+pytest = preload_pytest()
 replies = os.fdopen(int(sys.argv[1]), "w")
 
 
@@ -75,19 +70,7 @@ def child(request):
     os.dup2(null, 0)
     os.environ.update(request["env"])
     os.makedirs(os.environ["HOME"], exist_ok=True)  # a fresh HOME and TMPDIR per run
-    tempfile.tempdir = None  # per-process caches that would carry the server's state into the run
-    random.seed()
-    importlib.invalidate_caches()
-    sys.path.insert(0, os.getcwd())  # what `python -m pytest` puts first
-    sys.argv = [pytest.__file__, *request["args"]]
-    try:
-        rc = int(pytest.main(request["args"]))
-    except BaseException:
-        traceback.print_exc()
-        rc = 3
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    run_pytest(pytest, request["args"], [os.getcwd()])  # what `python -m pytest` puts first
 
 
 gc.freeze()  # the preloaded heap: out of every child's gc.collect (pytest runs it at exit) and its copy-on-write
