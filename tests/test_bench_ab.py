@@ -34,7 +34,8 @@ def test_the_measure_plans_one_seed_of_a_and_b_trained_alone_and_reports_their_r
             folder = Path(run_dir) / "jobs" / f"train-{arm}"
             folder.mkdir(parents=True)
             (folder / phases.FILE).write_text("".join(json.dumps(
-                {"schema": phases.SCHEMA, "step": step, **dict.fromkeys(phases.PHASES, 1.25 * step)}) + "\n"
+                {"schema": phases.SCHEMA, "step": step, **dict.fromkeys(phases.PHASES, 1.25 * step),
+                 "trained_tokens": 100 * step}) + "\n"
                 for step in (1, 2)))
         return {(arm, 0): {"train": figures[arm], "keys": (f"train-{arm}",)} for arm in plan.arms}
 
@@ -49,6 +50,31 @@ def test_the_measure_plans_one_seed_of_a_and_b_trained_alone_and_reports_their_r
     assert result["meets_targets"] == {"b_over_a_time": False, "b_over_a_mem": True} and result["profile"] == "default"
     assert result["pairs"]["pairs"] > 0
     assert "A: 10.0 s (generate 3.8, tools 3.8, reset 3.8, train 3.8), peak RSS 1000 MiB" in out.err
+    # B's two steps, each with its step's pairs: their tokens priced at A's 3.75 s of training over 300 tokens
+    assert result["pair_tokens_trained"] > 0
+    assert result["work_floor_time"] == pytest.approx(1 + 3.75 / 300 * result["pair_tokens_trained"] / 10, abs=2e-3)
+    assert f"its pairs' work floor {result['work_floor_time']}x" in out.err
+
+
+def test_the_work_floor_prices_pair_tokens_at_the_references_cost_per_trained_token(tmp_path):
+    from datasets import Dataset
+
+    from composer import pairs
+    from composer.bench import ab
+    from composer.models import build_tokenizer, tiny_model
+    from composer.trainer import encode_pairs
+
+    steps = [{"train_s": 2.0, "trained_tokens": 100}, {"train_s": 2.0, "trained_tokens": 100}]
+    assert ab.work_floor_time(10.0, steps, 500) == 2.0  # 500 tokens at 0.02 s each: 10 s more than A's 10 s
+    assert ab.work_floor_time(10.0, steps, 0) == 1.0
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Fix add(a, b)."}]] * 2,
+                              "chosen": ["return a + b", "pytest"], "rejected": ["submit", "x"],
+                              "ref_chosen_logps": [0.0, 0.0], "ref_rejected_logps": [0.0, 0.0]})
+    pairs.save(rows, tmp_path / "pairs")
+    encoded = encode_pairs(build_tokenizer(), rows)  # the prompt once, and both completions
+    assert ab.tokens_per_pair(tmp_path / "pairs", tiny_model()) == sum(
+        len(e["prompt"]) + len(e["chosen"]) + len(e["rejected"]) for e in encoded) / 2
+    assert len(encoded[0]["prompt"]) > 10 and len(encoded[0]["chosen"]) > 0
 
 
 @pytest.mark.slow
@@ -67,4 +93,5 @@ def test_the_cli_prints_each_arms_time_and_memory_and_the_ratio_last():
     assert result["b_over_a_time"] == round(b["wall_s"] / a["wall_s"], 3)
     assert result["b_over_a_mem"] == round(b["peak_rss_bytes"] / a["peak_rss_bytes"], 3)
     assert result["meets_targets"] == {k: result[k] <= bound for k, bound in result["targets"].items()}
+    assert result["work_floor_time"] > 1 and result["pair_tokens_trained"] > 0
     assert "evaluation excluded" in result["scope"] and result["pairs"]["pairs"] > 0 and "shuffled" not in result["pairs"]

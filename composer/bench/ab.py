@@ -13,7 +13,9 @@ the trainer's train() (generation, environment, grading, loss and optimizer step
 RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds; `phases_s` splits
 each arm's steps into generating, tools, resets and training (composer.phases, summed over the steps). Evaluation is
 excluded: it is the same job for every arm. Targets: B's time <= 1.5 x A's (`b_over_a_time`), its peak memory
-<= 1.3 x A's (`b_over_a_mem`).
+<= 1.3 x A's (`b_over_a_mem`). Beside the time ratio, its work floor (`work_floor_time`): what B would take over A
+if its pairs cost only their tokens at A's training cost per trained token (see `work_floor_time`); the ratio above
+its floor is how B feeds its pairs, the floor itself what they are.
 """
 
 import argparse
@@ -26,6 +28,7 @@ from pathlib import Path
 from composer import ab_inputs, phases, run
 from composer import arms as ablib
 from composer.bench import machine
+from composer.trainer import ComposerConfig, encode_pairs
 
 SLUG = "004-ab-train-grpo-vs-trace-replay-dpo"
 TARGETS = {"b_over_a_time": 1.5, "b_over_a_mem": 1.3}
@@ -43,14 +46,21 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
         start = time.perf_counter()
         done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
         total = time.perf_counter() - start
+        folders = {arm: Path(tmp) / "jobs" / done[arm, 0]["keys"][0] for arm in plan.arms}
         per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
                          "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"],
-                         "phases_s": phase_totals(Path(tmp) / "jobs" / done[arm, 0]["keys"][0])}
+                         "phases_s": phase_totals(folders[arm])}
                    for arm in plan.arms}
+        channel = {**params["trainer_config"], **arms[treatment]}
+        visits = len(phases.read(folders[treatment])) * channel.get("trace_replay_batch_size",
+                                                                    ComposerConfig.trace_replay_batch_size)
+        pair_work = visits * tokens_per_pair(inputs.pairs[arms[treatment]["pairs"]]["path"], inputs.student) \
+            if channel.get("trace_replay_weight", 0) > 0 else 0.0
+        floor = work_floor_time(per_arm[reference]["wall_s"], phases.read(folders[reference]), pair_work)
     ratios = {"b_over_a_time": round(per_arm[treatment]["wall_s"] / per_arm[reference]["wall_s"], 3),
               "b_over_a_mem": round(per_arm[treatment]["peak_rss_bytes"] / per_arm[reference]["peak_rss_bytes"], 3)}
     return {
-        **ratios,
+        **ratios, "work_floor_time": round(floor, 3), "pair_tokens_trained": round(pair_work),
         "arms": per_arm, "reference": reference, "treatment": treatment, "profile": profile,
         "scale": {k: params[k] for k in ("student", "steps", "prompts_per_step", "generations",
                                          "max_completion_length", "env_max_steps")},
@@ -60,6 +70,26 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
                  "peak memory is the process's peak RSS, interpreter and imports included",
         "total_s": round(total, 1), "device": "cpu", **machine_at_start,
     }
+
+
+def tokens_per_pair(pairs_path, student) -> float:
+    """The mean tokens a pair puts through the model once: its prompt (shared by its two completions), its chosen
+    and its rejected, as the trainer encodes them (trainer.encode_pairs)."""
+    from composer import pairs
+    from composer.models import load_tokenizer
+
+    encoded = encode_pairs(load_tokenizer(student), pairs.load(pairs_path))
+    return sum(len(e["prompt"]) + len(e["chosen"]) + len(e["rejected"]) for e in encoded) / len(encoded)
+
+
+def work_floor_time(reference_wall_s: float, reference_steps: list[dict], pair_tokens: float) -> float:
+    """B's time over A's if B were A's run plus `pair_tokens` (its pairs' tokens over the run, each pair visit's
+    prompt once) trained at A's cost per trained token: A's training seconds over its trained tokens (phases:
+    forward, backward and optimizer, the rollouts' unpadded tokens). A floor in tokens, not in attention's
+    quadratic cost, nor the recompute of a checkpointed pair (memory bought with time)."""
+    train_s = sum(r["train_s"] for r in reference_steps)
+    tokens = sum(r["trained_tokens"] for r in reference_steps)
+    return 1.0 + (train_s / tokens * pair_tokens / reference_wall_s if tokens else 0.0)
 
 
 def phase_totals(job_folder) -> dict:
@@ -78,5 +108,8 @@ def main(argv=None) -> int:
         print(f"{arm}: {figures['wall_s']:.1f} s ("
               + ", ".join(f"{name[:-2]} {s:.1f}" for name, s in figures["phases_s"].items())
               + f"), peak RSS {figures['peak_rss_bytes'] / 2**20:.0f} MiB", file=sys.stderr)
+    print(f"{result['treatment']} / {result['reference']}: time {result['b_over_a_time']}x (its pairs' work floor "
+          f"{result['work_floor_time']}x: {result['pair_tokens_trained']:,} pair tokens), memory "
+          f"{result['b_over_a_mem']}x", file=sys.stderr)
     print(json.dumps(result))
     return 0
