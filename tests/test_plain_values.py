@@ -446,6 +446,9 @@ SPOOFS = {
         'import sys, types\n_lib = types.ModuleType("fakelib")\n_lib.__file__ = "/usr/lib/python3/fakelib.py"\n'
         'sys.modules["fakelib"] = _lib\n'
         f'exec(compile({RIG!r}, "/usr/lib/python3/fakelib.py", "exec"), _lib.__dict__)\nRigged = _lib.Rigged\n'),
+    "a module the run wrote outside the repository, on a path it added": (
+        'import os, sys, tempfile\n_dir = tempfile.mkdtemp()\nwith open(os.path.join(_dir, "helperlib.py"), "w") as f:\n'
+        f'    f.write({RIG!r})\nsys.path.append(_dir)\nfrom helperlib import Rigged\n'),
 }
 
 
@@ -464,4 +467,27 @@ def test_a_module_or_class_that_claims_a_test_s_or_a_library_s_identity_is_not_t
     ordinary = sandbox.run_pytest(tmp_path, test)
     graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"])
     assert ordinary.outcomes == {test[0]: True}, ordinary.output  # the rigged class is real
+    assert graded.outcomes == {test[0]: False}, graded.output
+
+
+def test_a_test_module_the_run_adds_to_the_repository_is_not_trusted(tmp_path, monkeypatch):
+    """Where a grading run may add files to the repository (a real instance's folders are open to its suite; plain
+    mode), a file it writes under tests/ and imports is the code under test's, not a test module's: a test is one
+    that was there, as it is, before any code of the repository ran."""
+    for folder in ("pkg", "tests"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "code.py").write_text(
+        'import os\nwith open(os.path.join(os.getcwd(), "tests", "helpers_rig.py"), "w") as f:\n'
+        f'    f.write({RIG!r})\nfrom tests.helpers_rig import Rigged\n\n\ndef answer():\n    return Rigged()\n')
+    (tmp_path / "tests" / "test_code.py").write_text(
+        "from pkg.code import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
+    test = ["tests/test_code.py::test_answer"]
+    monkeypatch.setenv(sandbox.UNCONTAINED_GRADING, "1")  # plain mode: the repository is writable to the run
+    with sandbox.forced_mode("plain"):
+        ordinary = sandbox.run_pytest(tmp_path, test)
+        (tmp_path / "tests" / "helpers_rig.py").unlink()
+        graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"])
+    assert ordinary.outcomes == {test[0]: True}, ordinary.output  # the rigged class is real
+    assert (tmp_path / "tests" / "helpers_rig.py").exists()  # the graded run wrote it too
     assert graded.outcomes == {test[0]: False}, graded.output

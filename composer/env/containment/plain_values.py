@@ -20,8 +20,10 @@ and which class the base, a test or a library wrote is told from the import syst
 module object each loader executed, the file it was found at, the classes its run defined) and from the functions'
 globals, never from a module's __file__ or __name__ or a class's __module__, which the code under test can assign:
 a class posing as a test's or a library's is the repository's. The library's classes are those that existed when
-this module was imported, before any code of the repository ran, and those a library module loaded later from
-outside the repository defined, none of their methods written in the repository (pandas' Index). What this cannot
+this module was imported, before any code of the repository ran, and those a library module loaded later from the
+Python installation defined (a file under its prefixes that nothing changed since the run began: never a module
+the run wrote, in its /tmp or anywhere), none of their methods written in the repository (pandas' Index). A test
+module is one found there as it is before the run began, never one the run added to the repository's folders. What this cannot
 see (a changed comparison method of a class the base has, code that rebinds the tests' names, modules first imported
 inside a test, a function it builds with a test's or a library's globals) the canaries catch
 (composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the wrapping changes no
@@ -33,6 +35,7 @@ marshmallow 2.20's 779 in its SWE-bench image.
 import json
 import os
 import sys
+import tempfile
 import types
 
 _ROOT = os.getcwd() + os.sep
@@ -93,6 +96,66 @@ def _inside(path) -> bool:
 _CHANGED = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_CHANGED", "[]")))
 
 
+def _disk_clock_ns() -> int:
+    """The file systems' clock now, as a file's ctime reads it (the kernel's clock for inodes, which may lag
+    time.time() by a tick): the ctime of a file made in this run's own temporary folder."""
+    fd, path = tempfile.mkstemp()
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+# Taken as this module is imported, before any code of the repository runs: a file whose inode changed since (written,
+# moved, its mode or times set) is this run's.
+_BEGUN_NS = _disk_clock_ns()
+_PREFIXES = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                          sys.base_exec_prefix)})
+
+
+def _installed(path) -> bool:
+    """A file of the Python installation (under its prefixes: the standard library, site-packages) that nothing
+    changed since the run began: a library's. A module the run wrote and imported, in its /tmp or a folder it put
+    on sys.path (or into a site-packages it can write: plain mode, a container's root), is the code under test's."""
+    if type(path) is not str:
+        return False
+    real = os.path.realpath(path)
+    try:
+        return real.startswith(_PREFIXES) and os.stat(real).st_ctime_ns < _BEGUN_NS
+    except OSError:
+        return False
+
+
+def _named_as_test(rel: list) -> bool:
+    """A repository-relative path (its parts) named as tests are: conftest.py, a test_*.py or *_test.py file, or any
+    file under a tests/, test/ or testing/ folder."""
+    name = rel[-1]
+    return name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py") \
+        or any(part in ("tests", "test", "testing") for part in rel[:-1])
+
+
+def _test_files() -> dict:
+    """{path: (inode, ctime)} of the repository's Python files named as tests, as they are before any code of it
+    runs: where a run may add files to the repository (a real instance's folders are open to it, as its suite
+    writes into them) one it adds, or rewrites, is not among them."""
+    found = {}
+    for folder, subfolders, files in os.walk(_ROOT):
+        subfolders[:] = [d for d in subfolders if d != ".git"]
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and _named_as_test(os.path.relpath(path, _ROOT).split(os.sep)):
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                found[path] = (st.st_ino, st.st_ctime_ns)
+    return found
+
+
+_TEST_FILES = _test_files()
+
+
 class _Recorder:
     """The import system's own account of each module: first on sys.meta_path from when this module is imported
     (before any code of the repository runs), it asks the finders after it for every import's spec and wraps its
@@ -130,7 +193,7 @@ class _RecordingLoader:
         _LOADED[id(module)] = (module, self._origin)
         if _test_module(module):
             _TEST_NAMESPACES.add(id(_object_dict(module, "__dict__")))
-        if not _inside(self._origin):
+        if _installed(self._origin) and not _inside(self._origin):
             _LIBRARY_NAMESPACES[id(_object_dict(module, "__dict__"))] = _object_dict(module, "__dict__")
         self._loader.exec_module(module)
         _record_classes(module, self._origin)
@@ -166,13 +229,17 @@ def _test_module(module) -> bool:
 
 
 def _test_side(path: str) -> bool:
-    """Tests and conftest.py, named as tests are (a test_*.py or *_test.py file, or any file under a tests/, test/ or
-    testing/ folder), that the agent did not change: the base's and the test patch's, so they are trusted."""
-    rel = os.path.relpath(os.path.abspath(path), _ROOT).split(os.sep)
-    name = rel[-1]
-    return "/".join(rel) not in _CHANGED and (
-        name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py")
-        or any(part in ("tests", "test", "testing") for part in rel[:-1]))
+    """Tests and conftest.py, named as tests are (_named_as_test), that the agent did not change and the run did not
+    write (there, as they are, before any code of the repository ran: _TEST_FILES): the base's and the test
+    patch's, so they are trusted."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path, _ROOT).split(os.sep)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return "/".join(rel) not in _CHANGED and _named_as_test(rel) and _TEST_FILES.get(path) == (st.st_ino,
+                                                                                                st.st_ctime_ns)
 
 
 def _classes() -> dict:
@@ -236,7 +303,7 @@ def _library_class(cls) -> bool:
     if any(_own_code(value) for value in _type_dict(cls).values()):
         return False
     made = _DEFINED.get(id(cls))
-    return made is not None and made[0] is cls and not _inside(made[1])
+    return made is not None and made[0] is cls and not _inside(made[1]) and _installed(made[1])
 
 
 def _library_member(cls, base, name, value) -> bool:
