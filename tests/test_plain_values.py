@@ -491,3 +491,22 @@ def test_a_test_module_the_run_adds_to_the_repository_is_not_trusted(tmp_path, m
     assert ordinary.outcomes == {test[0]: True}, ordinary.output  # the rigged class is real
     assert (tmp_path / "tests" / "helpers_rig.py").exists()  # the graded run wrote it too
     assert graded.outcomes == {test[0]: False}, graded.output
+
+
+def test_a_module_that_rebinds_its_name_to_the_bases_does_not_make_its_class_the_bases(tmp_path):
+    """A class is the base's when the module the import system loaded under a base module's name defined it under a
+    base class's name: a changed module that rebinds __name__ to another base module's before defining a rigged class
+    of a base class's name (pkg.models:Point) does not pass it off as that class."""
+    for folder in ("pkg", "tests"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "models.py").write_text("class Point:\n    pass\n")
+    (tmp_path / "pkg" / "code.py").write_text('__name__ = "pkg.models"\n' + RIG.replace("Rigged", "Point")
+                                              + '\n\ndef answer():\n    return Point()\n')
+    (tmp_path / "tests" / "test_code.py").write_text(
+        "from pkg.code import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
+    test = ["tests/test_code.py::test_answer"]
+    ordinary = sandbox.run_pytest(tmp_path, test)
+    graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"], known_classes=["pkg.models:Point"])
+    assert ordinary.outcomes == {test[0]: True}, ordinary.output  # the rigged class is real
+    assert graded.outcomes == {test[0]: False}, graded.output

@@ -195,8 +195,9 @@ class _RecordingLoader:
             _TEST_NAMESPACES.add(id(_object_dict(module, "__dict__")))
         if _installed(self._origin) and not _inside(self._origin):
             _LIBRARY_NAMESPACES[id(_object_dict(module, "__dict__"))] = _object_dict(module, "__dict__")
+        name = _object_dict(module, "__dict__").get("__name__")  # the import system's, before the module's code runs
         self._loader.exec_module(module)
-        _record_classes(module, self._origin)
+        _record_classes(module, self._origin, name)
 
 
 _LOADED: dict = {}  # id(module) -> (module, the file the import system loaded it from)
@@ -204,10 +205,10 @@ _TEST_NAMESPACES: set = set()  # id() of the test modules' namespaces (kept aliv
 _DEFINED: dict = {}  # id(class) -> (class, that file, "module:qualname" as it was when its module had run)
 
 
-def _record_classes(module, origin) -> None:
-    """The classes a module's own run left in it under its name (a class another module made, imported here, says
-    another __module__), nested ones too; code that runs later cannot add one."""
-    name = _object_dict(module, "__dict__").get("__name__")
+def _record_classes(module, origin, name) -> None:
+    """The classes a module's own run left in it under `name`, the one the import system loaded it as (a class another
+    module made, imported here, says another __module__, and so does one made after the module rebound its
+    __name__), nested ones too; code that runs later cannot add one."""
     stack = [value for value in list(_object_dict(module, "__dict__").values()) if issubclass(type(value), type)]
     while stack:
         cls = stack.pop()
