@@ -204,6 +204,9 @@ def test_a_file_too_deep_for_the_default_recursion_limit_is_read_and_one_deeper_
     # whatever the change did to a file that was already too deep is named too
     assert tampering.scan({"calc/table.py": deeper}, {"calc/table.py": deeper + "import gc\n"}) == found
     assert sys.getrecursionlimit() == limit
+    # nesting past the parser's own stack, which it reports as MemoryError: scored 0, not a crash of grading
+    found = tampering.scan({"calc/table.py": None}, {"calc/table.py": "x = " + "-" * 200_000 + "1\n"})
+    assert found == ["a file nested too deeply to scan in calc/table.py:1"] == tampering.decisive(found)
 
 
 def test_bytes_are_read_as_python_reads_source_coding_line_included():

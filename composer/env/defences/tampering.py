@@ -195,7 +195,8 @@ def _findings(text: str | bytes, own_pytest: bool = False) -> list[tuple[tuple[s
         tree = _parse(text)
     except (SyntaxError, ValueError):
         return None
-    except RecursionError:  # too deep even for a raised limit: what it would run cannot be read, so it scores 0
+    except (RecursionError, MemoryError):  # too deep even for a raised limit (or for the parser's own stack, which
+        # says MemoryError): what it would run cannot be read, so it scores 0
         return [((TOO_DEEP, ""), 1)]
     nodes = list(ast.walk(tree))  # walked once: the helpers below read it several times
     visitor = _Visitor(_aliases(nodes), _Literals(nodes))
@@ -219,7 +220,7 @@ def _parse(text: str | bytes) -> ast.Module:
             warnings.simplefilter("ignore")
             try:
                 out["tree"] = ast.parse(text)
-            except (RecursionError, SyntaxError, ValueError) as e:
+            except (RecursionError, MemoryError, SyntaxError, ValueError) as e:
                 out["error"] = e
 
     with _DEEP:
