@@ -129,12 +129,22 @@ def test_each_kind_is_found_where_the_change_adds_it(code, what):
     ("exec(bytes([120, 61, 49]).decode())\n", True), ("getattr(os, '_ex' + 'it')(0)\n", True),
     ("os.write(3, b'x')\n", True), ("f = open(3, 'w')\n", True), ("f = os.fdopen(4, 'w')\n", True),
     ("for fd in range(3, 64):\n    os.write(fd, b'x')\n", True), ("f = open('/proc/self/fd/3', 'w')\n", True),
+    # ... a module bound to a name fetched by its name, a name bound to the machinery's, a descriptor spelled otherwise
+    ("o = __import__('os')\no.abort()\n", True), ("import sys\no = sys.modules['os']\no._exit(0)\n", True),
+    ("import sys\no = sys.modules.get('os')\no.abort()\n", True),
+    ("import importlib\ns = importlib.import_module('sys')\ns.settrace(print)\n", True),
+    ("def f(t, g):\n    n = '__code__'\n    setattr(t, n, g.__code__)\n", True),
+    ("import types\nF = getattr(types, 'FunctionType')\ndef f(g):\n    return F(g.__code__, {})\n", True),
+    ("os.write(int('100'), b'x')\n", True),
+    ("print(os.listdir('/dev/fd'))\n", True), ("f = open('/dev/fd/' + str(3), 'w')\n", True),
+    ("import socket\ns = socket.socket(fileno=3)\n", True),
     # their honest kin: a function's copy from its own code, imports, exec and descriptors named at run time
     ("import types\ndef f(g):\n    return types.FunctionType(g.__code__, g.__globals__, name='h')\n", False),
     ("def f(g):\n    return getattr(g, '__code__', None)\n", False),
     ("import importlib\ndef f(name):\n    return importlib.import_module(name)\n", False),
     ("def f(code, ns):\n    exec(code, ns)\n", False), ("def f(fd):\n    os.write(fd, b'x')\n", None),
-    ("os.write(2, b'x')\nx = [1, 2][-1]\n", None),
+    ("os.write(2, b'x')\nx = [1, 2][-1]\n", None), ("f = open('/dev/fd/0')\ng = open('/dev/fd0')\n", None),
+    ("f = open('data/3.txt')\n", None), ("import socket\ndef f(fd):\n    return socket.socket(fileno=fd)\n", None),
 ])
 def test_only_what_reaches_the_gradings_own_machinery_is_decisive(code, decisive):
     found = scan_added(code)

@@ -123,7 +123,7 @@ def defined_classes(repo: Path) -> list[str]:
             continue
         try:
             tree = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError, RecursionError):  # RecursionError: nested deeper than Python compiles
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # nested deeper than Python compiles
             continue
         # the name Python imports it by: a src/ or lib/ folder that is no package holds the packages (marshmallow,
         # pytest, matplotlib)

@@ -120,7 +120,8 @@ CODE_BUILDERS = frozenset({"FunctionType", "LambdaType", "CodeType"})
 DESCRIPTOR_CALLS = frozenset({"write", "writev", "pwrite", "pwritev", "sendfile", "fdopen", "dup", "dup2", "open",
                               "FileIO", "fromfd"})
 # The outcome channel's descriptor by path (/dev/fd/3, /proc/self/fd/3): 0, 1 and 2 are the standard streams.
-DESCRIPTOR_PATH = re.compile(r"/(dev|proc/(self|\d+))/fd/([3-9]|\d\d)")
+# The folder itself (/dev/fd, its listing, a path built onto it) too.
+DESCRIPTOR_PATH = re.compile(r"/(dev|proc/(self|\d+))/fd(?!\w)(?!/[012](?!\d))")
 # What a value built from literals alone may call: builtins and codec modules that only transform their arguments.
 PURE_FUNCTIONS = frozenset({"chr", "ord", "bytes", "bytearray", "str", "int", "range", "list", "tuple", "reversed",
                             "sorted", "map", "zip", "format", "compile"})
@@ -238,17 +239,40 @@ def _parse(text: str | bytes) -> ast.Module:
     return out["tree"]
 
 
+def _module_named(node) -> str | None:
+    """The module of MODULE_ATTRIBUTES that an expression fetches by its name: `__import__("os")`,
+    `importlib.import_module("os")`, `sys.modules["os"]`, `sys.modules.get("os")`."""
+    key = node.args[0] if isinstance(node, ast.Call) and node.args and (
+        _called(node) in ("__import__", "import_module") or _called(node) == "get" and isinstance(
+            node.func.value, ast.Attribute) and node.func.value.attr == "modules") else node.slice if isinstance(
+        node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "modules" else None
+    name = key.value if isinstance(key, ast.Constant) else None
+    return name if name in MODULE_ATTRIBUTES else None
+
+
+def _builder_named(node) -> str | None:
+    """The constructor of functions or code objects an expression reads: `types.FunctionType`,
+    `getattr(types, "FunctionType")`."""
+    if isinstance(node, ast.Attribute) and node.attr in CODE_BUILDERS:
+        return node.attr
+    if isinstance(node, ast.Call) and _called(node) == "getattr" and len(node.args) >= 2 and isinstance(
+            node.args[1], ast.Constant) and node.args[1].value in CODE_BUILDERS:
+        return node.args[1].value
+    return None
+
+
 def _aliases(nodes: list) -> dict[str, str]:
     """{local name: what it stands for} for every name the file binds to the sys, os, posix or threading module (by
-    import or by assignment from such a name), to a builtin value type (`_List = list`) or to a constructor of
-    functions and code objects (`from types import FunctionType as F`, `F = types.FunctionType`)."""
+    import, by fetching it by its name: `o = __import__("os")`, or by assignment from such a name), to a builtin
+    value type (`_List = list`) or to a constructor of functions and code objects (`from types import FunctionType as
+    F`, `F = types.FunctionType`, `F = getattr(types, "FunctionType")`)."""
     found = {alias.asname or alias.name: alias.name for node in nodes if isinstance(node, ast.Import)
              for alias in node.names if alias.name in MODULE_ATTRIBUTES}
     found.update({alias.asname or alias.name: alias.name for node in nodes
                   if isinstance(node, ast.ImportFrom) and node.module == "types" for alias in node.names
                   if alias.name in CODE_BUILDERS})
-    found.update({t.id: node.value.attr for node in nodes if isinstance(node, ast.Assign)
-                  and isinstance(node.value, ast.Attribute) and node.value.attr in CODE_BUILDERS
+    found.update({t.id: what for node in nodes if isinstance(node, ast.Assign)
+                  and (what := _builder_named(node.value) or _module_named(node.value))
                   for t in node.targets if isinstance(t, ast.Name)})
     known = lambda name: found.get(name) or (name if name in BUILTIN_VALUES or name in MODULE_ATTRIBUTES else None)  # noqa: E731
     for _ in range(3):  # chains of assignments, a few links deep
@@ -292,7 +316,7 @@ class _Literals:
     hidden from a reader."""
 
     def __init__(self, nodes: list):
-        bound = _bindings(nodes)
+        self.bound = bound = _bindings(nodes)
         self.pure = PURE_FUNCTIONS | {n for n, values in bound.items() if all(v == "codec" for v in values)}
         self.names, self.built = set(), set()
         for _ in range(3):  # chains of assignments, a few links deep
@@ -328,6 +352,15 @@ class _Literals:
                                       ast.Starred, ast.operator, ast.unaryop, ast.expr_context)):
                 return False
         return True
+
+    def constant(self, node):
+        """The constant an expression is: a constant, or a name the file binds to that one constant alone."""
+        if isinstance(node, ast.Constant):
+            return node.value
+        values = self.bound.get(node.id, []) if isinstance(node, ast.Name) else []
+        if values and all(isinstance(v, ast.Constant) for v in values) and len({repr(v.value) for v in values}) == 1:
+            return values[0].value
+        return None
 
     def hidden(self, node) -> bool:
         """Built from literals by a transformation: text or code spelled by calling, concatenating, formatting or
@@ -441,7 +474,7 @@ class _Visitor:
         if (name in CALLS and builtin or named) and any(self.literals.hidden(arg) for arg in node.args[:2]):
             self.add("code or a name hidden in literals", name, node)
         if name in ATTRIBUTE_CALLS and len(node.args) >= 2:
-            attribute = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+            attribute = self.literals.constant(node.args[1])  # "__code__", or a name bound to it alone
             if not isinstance(attribute, str):
                 self.add("an attribute name computed at run time", name, node)
             elif attribute == "__code__" and ("set" in name or "del" in name):
@@ -465,15 +498,11 @@ class _Visitor:
             self.add("a thread, timer or process started at import", name, node)
 
     def _module_of(self, node) -> str | None:
-        """The module of MODULE_ATTRIBUTES that an expression is: a name bound to it, `__import__("os")`,
-        `importlib.import_module("os")`, `sys.modules["os"]`."""
+        """The module of MODULE_ATTRIBUTES that an expression is: a name bound to it, or one fetched by its name
+        (_module_named)."""
         if isinstance(node, ast.Name):
             return self.aliases.get(node.id) if self.aliases.get(node.id) in MODULE_ATTRIBUTES else None
-        key = node.args[0] if isinstance(node, ast.Call) and node.args and (
-            _called(node) in ("__import__", "import_module")) else node.slice if isinstance(node, ast.Subscript) and (
-            isinstance(node.value, ast.Attribute) and node.value.attr == "modules") else None
-        name = key.value if isinstance(key, ast.Constant) else None
-        return name if name in MODULE_ATTRIBUTES else None
+        return _module_named(node)
 
     def _module_attribute(self, module, attribute, node) -> None:
         """An attribute of sys, os, posix or threading however it is read (`os.abort`, `getattr(os, "abort")`)."""
@@ -511,10 +540,12 @@ class _Visitor:
         os_like = isinstance(func, ast.Name) and name in ("open", "fdopen", "FileIO") or isinstance(
             func, ast.Attribute) and (self._module_of(func.value) in ("os", "posix")
                                       or isinstance(func.value, ast.Name) and func.value.id in ("io", "_io", "socket"))
-        if name in DESCRIPTOR_CALLS and os_like and node.args:
-            fd = node.args[0]
+        fds = [node.args[0]] if name in DESCRIPTOR_CALLS and os_like and node.args else []
+        fds += [k.value for k in node.keywords if k.arg in ("fileno", "fd") and name in ("socket", "fromfd", "FileIO")]
+        for fd in fds:  # a path opens a file (`open("a.txt")`), a number spelled in a string (`int("100")`) does not
             standard = isinstance(fd, ast.Constant) and fd.value in (0, 1, 2)
-            path = any(isinstance(sub, ast.Constant) and isinstance(sub.value, (str, bytes)) for sub in ast.walk(fd))
+            path = any(isinstance(sub, ast.Constant) and isinstance(sub.value, (str, bytes)) and (
+                sub.value[:1] in ("/", b"/") or not sub.value.strip().isdigit()) for sub in ast.walk(fd))
             if self.literals.literal(fd) and not standard and not path:
                 self.add("an inherited file descriptor", name, node)
 
