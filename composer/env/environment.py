@@ -533,8 +533,9 @@ class TRLCodingEnv:
     """A GRPOTrainer `environment_factory`: TRL makes one per rollout and exposes its public methods as tools.
 
     Dataset rows are SWE-bench records, one string column per field of tasks.SCHEMA_FIELDS, the columns
-    SWE-bench Lite has: `Dataset.from_list(tasks.generate(...))`, or real Lite records (they run in
-    containers: composer.env.real.container). reset(**row) ignores any other column (e.g. a "prompt") and returns
+    SWE-bench Lite has: `Dataset.from_list(probes.rewarded(n, ...)[0])` (embedded tasks that have held-out probes:
+    composer.env.defences.probes; a task without any leaves its reward to layers the code under test can rewrite),
+    or real Lite records (they run in containers: composer.env.real.container). reset(**row) ignores any other column (e.g. a "prompt") and returns
     the task message, which TRL appends to the prompt's last message (an empty user message when the dataset
     has no "prompt").
     Score rollouts with `reward_funcs=[env_reward]`. There is deliberately no get_reward method: TRL
