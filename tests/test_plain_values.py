@@ -400,13 +400,14 @@ def test_rigged_values_pass_an_ordinary_run_and_fail_a_grading_one_honest_ones_p
         if name.startswith("test_honest"):
             assert ordinary[name] and graded[name], name
         elif name == "test_rigged_write_to_the_tests" and not contained:
-            continue  # a read-only repository needs the run's own uid (root-ns); checked where it holds
+            continue  # a read-only repository needs a filesystem of the run's own (root-ns, user-ns)
         else:
             assert ordinary[name] and not graded[name], name
 
 
 @pytest.mark.skipif(not sandbox.guarantees()["private_files"],
-                    reason="the repository is read-only to a grading run only in root-ns mode (its own uid)")
+                    reason="the repository is read-only to a grading run only where it has a filesystem of its own "
+                           "(root-ns, user-ns)")
 def test_a_grading_run_cannot_write_the_repository(repo):
     assert not outcomes(repo, True)["test_rigged_write_to_the_tests"]
     assert not (repo / "tests" / "planted.txt").exists()
