@@ -192,6 +192,15 @@ def test_empty_edited_test_and_forged_conftest_score_0(record):
     assert graded["resolved"] is False and graded["tampering"]["forged"]
 
 
+@pytest.mark.parametrize("name", ["conftest.py x", "tests/conftest.py\u2028x"])
+def test_a_name_patch_reads_otherwise_than_grading_is_refused_on_a_real_instance(record, name):
+    """The gold patch with a file whose name GNU patch reads otherwise than grading (it stops at a space and writes
+    conftest.py; a line separator splits the name for a line-based reader): refused before anything is applied."""
+    planted = f"--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+import pytest\n"
+    graded = container.grade(pred(record, record["patch"] + planted), record, timeout_s=600)
+    assert graded["resolved"] is False and "patch refused" in graded["error"], graded
+
+
 def test_pytest_patched_from_the_module_under_test_is_flagged_by_the_scan_and_caught_by_the_canaries(record):
     """An in-process forgery on a real repository: the harness's run is fooled by it, ours is not. Its
     module name spelled from literals is decisive for the scan; with the scan off, the canaries catch it."""

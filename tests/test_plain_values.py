@@ -448,7 +448,8 @@ SPOOFS = {
         'sys.modules["fakelib"] = _lib\n'
         f'exec(compile({RIG!r}, "/usr/lib/python3/fakelib.py", "exec"), _lib.__dict__)\nRigged = _lib.Rigged\n'),
     "a module the run wrote outside the repository, on a path it added": (
-        'import os, sys, tempfile\n_dir = tempfile.mkdtemp()\nwith open(os.path.join(_dir, "helperlib.py"), "w") as f:\n'
+        'import os, sys, tempfile\n_dir = tempfile.mkdtemp()\n'
+        'with open(os.path.join(_dir, "helperlib.py"), "w") as f:\n'
         f'    f.write({RIG!r})\nsys.path.append(_dir)\nfrom helperlib import Rigged\n'),
 }
 
@@ -508,6 +509,7 @@ def test_a_module_that_rebinds_its_name_to_the_bases_does_not_make_its_class_the
         "from pkg.code import answer\n\n\ndef test_answer():\n    assert answer() == 42\n")
     test = ["tests/test_code.py::test_answer"]
     ordinary = sandbox.run_pytest(tmp_path, test)
-    graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"], known_classes=["pkg.models:Point"])
+    graded = sandbox.run_pytest(tmp_path, test, grading=True, changed=["pkg/code.py"],
+                                known_classes=["pkg.models:Point"])
     assert ordinary.outcomes == {test[0]: True}, ordinary.output  # the rigged class is real
     assert graded.outcomes == {test[0]: False}, graded.output

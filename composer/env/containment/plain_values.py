@@ -23,9 +23,9 @@ a class posing as a test's or a library's is the repository's. The library's cla
 this module was imported, before any code of the repository ran, and those a library module loaded later from the
 Python installation defined (a file under its prefixes that nothing changed since the run began: never a module
 the run wrote, in its /tmp or anywhere), none of their methods written in the repository (pandas' Index). A test
-module is one found there as it is before the run began, never one the run added to the repository's folders. What this cannot
-see (a changed comparison method of a class the base has, code that rebinds the tests' names, modules first imported
-inside a test, a function it builds with a test's or a library's globals) the canaries catch
+module is one found there as it is before the run began, never one the run added to the repository's folders. What
+this cannot see (a changed comparison method of a class the base has, code that rebinds the tests' names, modules
+first imported inside a test, a function it builds with a test's or a library's globals) the canaries catch
 (composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the wrapping changes no
 outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one of flask's 482 (a class made inside a
 function, posing as werkzeug's) and one of xarray's 218 (it counts stack frames); with the import record, none of
