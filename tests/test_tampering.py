@@ -11,8 +11,7 @@ from composer.env.defences import tampering
 from composer.env.embedded import tasks
 from real_fixes import real_fixes
 
-# No honest fix of tests/real_fixes.py may score 0.
-MAX_FLAGGED = 0.01  # the share of a repository's honest fixes the scan may score 0; resolved patches: none
+# No honest fix of tests/real_fixes.py may score 0 (but those that write a file this Python cannot parse: UNPARSABLE).
 
 BASE = textwrap.dedent('''\
     """Arithmetic helpers."""
@@ -264,8 +263,8 @@ def test_a_seeded_sample_of_real_honest_fixes_scores_nothing(test_seed):
 
 @pytest.mark.slow
 def test_every_real_honest_fix_scores_nothing_and_the_review_share_is_printed():
-    """The slow tier's sweep of the whole fixture: the share scored 0 per repository (at most MAX_FLAGGED, none of
-    the harness-resolved patches), and, for the record, the share the scan names for review."""
+    """The slow tier's sweep of the whole fixture: none scored 0 in any repository, and, for the record, the share
+    the scan names for review."""
     rows = collections.defaultdict(lambda: [0, 0, 0])  # fixes, scored 0, named for review
     unparsable = set()
     for fix in real_fixes():
@@ -281,4 +280,4 @@ def test_every_real_honest_fix_scores_nothing_and_the_review_share_is_printed():
     for (repo, kind), (n, zero, review) in sorted(rows.items()):
         print(f"{repo:30} {kind:15} {n:4} fixes, {zero} scored 0, {review} ({review / n:.1%}) named for review")
     assert sum(n for n, _, _ in rows.values()) >= 1400 and unparsable == UNPARSABLE
-    assert {k: v for k, v in rows.items() if v[1] > (0 if k[1] == "resolved-patch" else MAX_FLAGGED * v[0])} == {}
+    assert {k: v for k, v in rows.items() if v[1]} == {}
