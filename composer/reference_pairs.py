@@ -79,10 +79,12 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
 
 def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: int = 160) -> list[dict]:
     """004's positive control: pairs known to be informative, as many as B's (`count`). Along the scripted
-    expert's shortest demonstration of each task, in order, at every state where the student's greedy next
-    action differs from the expert's: chosen = the expert's action, rejected = the student's (its text as
-    generated when it is no well-formed call). Rule "expert", margin 1.0; fewer than `count` when the tasks
-    run out (the caller says so)."""
+    expert's shortest demonstration of each task, at every state where the student's greedy next action differs
+    from the expert's: chosen = the expert's action, rejected = the student's (its text as generated when it is no
+    well-formed call). Rule "expert", margin 1.0. Spread over the tasks: each task's first such state, in task
+    order, then each one's second, ..., so that `count` pairs reach as many tasks as they can (in order, 16 pairs
+    planted on the test tasks covered 13 of 40, and B+'s gain stayed on those: +0.28 there, 0 on the others, an
+    interval through 0 over all 40); fewer than `count` when the tasks run out (the caller says so)."""
     from composer import policies
     from composer.env.environment import CodingEnv
     from composer.models import load_model, load_tokenizer
@@ -90,30 +92,44 @@ def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: 
     model, tokenizer = load_model(student), load_tokenizer(student)
     model.eval()
     env = CodingEnv(instances, policies.ENV_CONFIG)
-    out = []
+
+    def states(instance):  # the task's pairs, one at a time, generated only as they are asked for
+        messages, _, _ = policies.demonstrate(env, instance)
+        for at in [i for i, m in enumerate(messages) if m["role"] == "assistant"]:
+            prompt = prompt_messages(messages[:at])
+            call = messages[at]["tool_calls"][0]["function"]
+            expert = (call["name"], json.loads(call["arguments"]) if isinstance(call["arguments"], str)
+                      else call["arguments"])
+            text = policies.next_turn(model, tokenizer, messages[:at], max_new_tokens=max_new_tokens)
+            parsed = policies.parse_tool_call(text)
+            chosen_action = canonical_tool_call(*expert)
+            rejected_action = canonical_tool_call(*parsed) if parsed else text
+            if rejected_action != chosen_action:
+                yield {"pair_id": pair_id(prompt, chosen_action, rejected_action),
+                       "trace_id": f"{instance['instance_id']}#expert", "step": at // 2 - 1,
+                       "task_id": instance["instance_id"], "rule": "expert", "control": None, "prompt": prompt,
+                       "chosen": render_action(chosen_action, expert),
+                       "rejected": render_action(rejected_action, parsed) if parsed else text,
+                       "chosen_action": chosen_action, "rejected_action": rejected_action,
+                       "student_action": rejected_action, "margin": 1.0}
+
+    out, live = [], []
     try:
-        for instance in instances:
-            messages, _, _ = policies.demonstrate(env, instance)
-            for at in [i for i, m in enumerate(messages) if m["role"] == "assistant"]:
-                prompt = prompt_messages(messages[:at])
-                call = messages[at]["tool_calls"][0]["function"]
-                expert = (call["name"], json.loads(call["arguments"]) if isinstance(call["arguments"], str)
-                          else call["arguments"])
-                text = policies.next_turn(model, tokenizer, messages[:at], max_new_tokens=max_new_tokens)
-                parsed = policies.parse_tool_call(text)
-                chosen_action = canonical_tool_call(*expert)
-                rejected_action = canonical_tool_call(*parsed) if parsed else text
-                if rejected_action == chosen_action:
-                    continue
-                out.append({"pair_id": pair_id(prompt, chosen_action, rejected_action),
-                            "trace_id": f"{instance['instance_id']}#expert", "step": at // 2 - 1,
-                            "task_id": instance["instance_id"], "rule": "expert", "control": None, "prompt": prompt,
-                            "chosen": render_action(chosen_action, expert),
-                            "rejected": render_action(rejected_action, parsed) if parsed else text,
-                            "chosen_action": chosen_action, "rejected_action": rejected_action,
-                            "student_action": rejected_action, "margin": 1.0})
+        for instance in instances:  # the first round: each task's first pair, in order
+            if len(out) == count:
+                break
+            task = states(instance)
+            if (pair := next(task, None)) is not None:
+                out.append(pair)
+                live.append(task)
+        while live and len(out) < count:  # then each task with pairs left gives its next one, in turn
+            for task in list(live):
                 if len(out) == count:
-                    return out
+                    break
+                if (pair := next(task, None)) is None:
+                    live.remove(task)
+                else:
+                    out.append(pair)
     finally:
         env.close()
     return out

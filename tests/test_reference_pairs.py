@@ -55,6 +55,11 @@ def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
     student, instances = zoo.model(profile, "student"), zoo.split_tasks(profile, "train")
     rows = expert_pairs(instances, student, count=3, max_new_tokens=profile.max_new_tokens)
     assert len(rows) == 3 and len({r["pair_id"] for r in rows}) == 3
+    order = [i["instance_id"] for i in instances]  # spread: a task's first pair each, in task order, then seconds
+    assert len({r["task_id"] for r in rows}) == 3 and sorted(rows, key=lambda r: order.index(r["task_id"])) == rows
+    both = expert_pairs(instances[:2], student, count=100, max_new_tokens=profile.max_new_tokens)
+    assert [r["task_id"] for r in both[:2]] == order[:2] and len(both) > 2
+    assert [r["task_id"] for r in both[2:4]] == order[:2] or len({r["task_id"] for r in both[2:]}) == 1
     model, tokenizer = load_model(student), load_tokenizer(student)
     env = CodingEnv(instances, policies.ENV_CONFIG)
     try:
