@@ -535,9 +535,9 @@ class TRLCodingEnv:
     Dataset rows are SWE-bench records, one string column per field of tasks.SCHEMA_FIELDS, the columns
     SWE-bench Lite has: `Dataset.from_list(probes.rewarded(n, ...)[0])` (embedded tasks that have held-out probes:
     composer.env.defences.probes; a task without any leaves its reward to layers the code under test can rewrite),
-    or real Lite records (they run in containers: composer.env.real.container). reset(**row) ignores any other column (e.g. a "prompt") and returns
-    the task message, which TRL appends to the prompt's last message (an empty user message when the dataset
-    has no "prompt").
+    or real Lite records (they run in containers: composer.env.real.container). reset(**row) ignores any other
+    column (e.g. a "prompt") and returns the task message, which TRL appends to the prompt's last message (an empty
+    user message when the dataset has no "prompt").
     Score rollouts with `reward_funcs=[env_reward]`. There is deliberately no get_reward method: TRL
     would add it as a second reward source next to reward_funcs and count every reward twice.
     Another config: `environment_factory=lambda: TRLCodingEnv(EnvConfig(max_steps=10))`; give each
