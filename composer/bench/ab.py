@@ -46,17 +46,16 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
         start = time.perf_counter()
         done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
         total = time.perf_counter() - start
-        folders = {arm: Path(tmp) / "jobs" / done[arm, 0]["keys"][0] for arm in plan.arms}
+        steps = {arm: phases.read(Path(tmp) / "jobs" / done[arm, 0]["keys"][0]) for arm in plan.arms}
         per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
                          "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"],
-                         "phases_s": phase_totals(folders[arm])}
+                         "phases_s": phase_totals(steps[arm])}
                    for arm in plan.arms}
         channel = {**params["trainer_config"], **arms[treatment]}
-        visits = len(phases.read(folders[treatment])) * channel.get("trace_replay_batch_size",
-                                                                    ComposerConfig.trace_replay_batch_size)
+        visits = len(steps[treatment]) * channel.get("trace_replay_batch_size", ComposerConfig.trace_replay_batch_size)
         pair_work = visits * tokens_per_pair(inputs.pairs[arms[treatment]["pairs"]]["path"], inputs.student) \
             if channel.get("trace_replay_weight", 0) > 0 else 0.0
-        floor = work_floor_time(per_arm[reference]["wall_s"], phases.read(folders[reference]), pair_work)
+        floor = work_floor_time(per_arm[reference]["wall_s"], steps[reference], pair_work)
     ratios = {"b_over_a_time": round(per_arm[treatment]["wall_s"] / per_arm[reference]["wall_s"], 3),
               "b_over_a_mem": round(per_arm[treatment]["peak_rss_bytes"] / per_arm[reference]["peak_rss_bytes"], 3)}
     return {
@@ -92,9 +91,8 @@ def work_floor_time(reference_wall_s: float, reference_steps: list[dict], pair_t
     return 1.0 + (train_s / tokens * pair_tokens / reference_wall_s if tokens else 0.0)
 
 
-def phase_totals(job_folder) -> dict:
-    """Seconds of a training job's steps in each phase (composer.phases.PHASES), summed over its steps."""
-    records = phases.read(job_folder)
+def phase_totals(records: list[dict]) -> dict:
+    """Seconds of a training job's steps (phases.read) in each phase (composer.phases.PHASES), summed."""
     return {name: round(sum(r[name] for r in records), 2) for name in phases.PHASES}
 
 
