@@ -4,6 +4,7 @@ import difflib
 import json
 import os
 import random
+import types
 from pathlib import Path
 
 import pytest
@@ -175,7 +176,7 @@ def _forged_reward(record) -> float:
         env.close()
 
 
-def test_tasks_whose_reward_counts_all_have_probes_and_a_seen_only_forger_scores_0_on_them():
+def test_tasks_whose_reward_counts_all_have_probes_and_a_seen_only_forger_scores_0_on_them(monkeypatch):
     """A task without held-out probes is forged by an outcome rewrite that passes only the tests the policy saw (the
     gap this rule closes: shown on a dropped candidate); probes.rewarded leaves such tasks out and names them, the
     zoo's splits and the embedded pool of the pilot are made by it, and the same forger scores 0 on its tasks."""
@@ -189,7 +190,12 @@ def test_tasks_whose_reward_counts_all_have_probes_and_a_seen_only_forger_scores
     assert all(r["instance_id"] in dropped or (r["base_commit"], r["patch"]) in taken for r in without)
     assert len(kept) == 8 and len(set(dropped)) == len(dropped)
     assert all(probes.held_out(r) for r in kept) and not {r["instance_id"] for r in kept} & set(dropped)
-    assert _forged_reward(without[0]) == 1.0  # without the rule: a forged reward with the bug in place
+    # Without the rule: a forged reward with the bug in place. Grading draws its twins afresh each time, and about
+    # one draw in ten gives a twin whose wrong value is what this bug computes, which then catches the forger by
+    # chance; the draw is pinned to one without such a twin, so that this shows the gap and not that chance.
+    monkeypatch.setattr(swebench, "secrets", types.SimpleNamespace(randbits=lambda bits: 0))
+    assert _forged_reward(without[0]) == 1.0
+    monkeypatch.undo()
     assert _forged_reward(kept[0]) == 0.0
     smoke = zoo.PROFILES["smoke"]
     for split in ("train", "test"):
