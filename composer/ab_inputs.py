@@ -98,9 +98,9 @@ def prepare(p: dict, run_dir) -> Inputs:
     pairs: 003's (pairs/ and shuffled/ under p["pairs_dir"]) or, when it is "" or missing, oracle pairs from
     p["oracle_pairs"] train tasks and their shuffled control; "expert": reference_pairs.expert_pairs, as many as B's
     (the positive control's), on the train split or, with p["positive_control_tasks"] "test", on the evaluated test
-    tasks themselves (a planted effect); only the datasets some arm trains on are made. With
-    p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds strictly
-    between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this machine cannot
+    tasks themselves (a planted effect), then at least one per test task; only the datasets some arm trains on are
+    made. With p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds
+    strictly between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this machine cannot
     run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert pairs); passes
     over real tasks without held-out probes (Inputs.no_probes)."""
     from composer import pairs, pilot, reference_pairs, zoo
@@ -170,12 +170,14 @@ def prepare(p: dict, run_dir) -> Inputs:
     if p["positive_control_tasks"] not in PLANTED:
         raise ValueError(f"positive_control_tasks must be one of {sorted(PLANTED)}, "
                          f"got {p['positive_control_tasks']!r}")
-    if "expert" in needed:  # the positive control: known-informative pairs, as many as B's
+    if "expert" in needed:  # the positive control: known-informative pairs, as many as B's (planted: or test tasks)
         if "pairs" not in inputs:
             raise ValueError("the 'expert' pairs (the positive control's) are as many as B's: an arm must train on "
                              "'pairs'")
         count, split = inputs["pairs"]["rows"], p["positive_control_tasks"]
         origin = train if split == "train" else test
+        if PLANTED[split]:  # every evaluated task gets one: a gain planted on some tasks only reads as a wide interval
+            count = max(count, len(origin))  # the dose stays B's: trace_replay_batch_size pairs an optimizer step
         inputs["expert"] = prepare_pairs(
             run_dir, "expert", lambda: pairs.to_dataset(reference_pairs.expert_pairs(
                 origin, student, count=count, max_new_tokens=max_new_tokens), tool_schemas()),

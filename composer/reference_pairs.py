@@ -78,13 +78,14 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
 
 
 def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: int = 160) -> list[dict]:
-    """004's positive control: pairs known to be informative, as many as B's (`count`). Along the scripted
-    expert's shortest demonstration of each task, at every state where the student's greedy next action differs
-    from the expert's: chosen = the expert's action, rejected = the student's (its text as generated when it is no
-    well-formed call). Rule "expert", margin 1.0. Spread over the tasks: each task's first such state, in task
-    order, then each one's second, ..., so that `count` pairs reach as many tasks as they can (in order, 16 pairs
-    planted on the test tasks covered 13 of 40, and B+'s gain stayed on those: +0.28 there, 0 on the others, an
-    interval through 0 over all 40); fewer than `count` when the tasks run out (the caller says so)."""
+    """004's positive control: `count` pairs known to be informative (B's count; planted, at least one per test
+    task: composer.ab_inputs). Along the scripted expert's shortest demonstration of each task, at every state where
+    the student's greedy next action differs from the expert's: chosen = the expert's action, rejected = the
+    student's (its text as generated when it is no well-formed call). Rule "expert", margin 1.0. Spread over the
+    tasks: each task's first such state, in task order, then each one's second, ..., so that `count` pairs reach as
+    many tasks as they can (in order, 16 pairs planted on the test tasks covered 13 of 40, and B+'s gain stayed on
+    those: +0.28 there, 0 on the others, an interval through 0 over all 40); fewer than `count` when the tasks run
+    out (the caller says so)."""
     from composer import policies
     from composer.env.environment import CodingEnv
     from composer.models import load_model, load_tokenizer

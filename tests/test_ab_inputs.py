@@ -106,8 +106,9 @@ def test_prepare_refuses_pairs_from_test_tasks_and_an_unequal_control(tmp_path):
 
 
 def test_a_planted_positive_control_trains_on_the_test_tasks_and_only_it_may(tmp_path, monkeypatch):
-    """positive_control_tasks "test": B+'s expert pairs are made on the evaluated test tasks (and the leak check
-    lets them, and them alone, through); "train": on the train split; anything else is refused by name."""
+    """positive_control_tasks "test": B+'s expert pairs are made on the evaluated test tasks, at least one each (and
+    the leak check lets them, and them alone, through); "train": on the train split, as many as B's; anything else is
+    refused by name."""
     given = []
 
     def expert_pairs(instances, student, *, count, max_new_tokens):
@@ -118,10 +119,14 @@ def test_a_planted_positive_control_trains_on_the_test_tasks_and_only_it_may(tmp
 
     monkeypatch.setattr(reference_pairs, "expert_pairs", expert_pairs)
     for split in ("test", "train"):
-        inputs = ab_inputs.prepare(_parameters(positive_control_tasks=split), tmp_path / split)
+        inputs = ab_inputs.prepare(_parameters(positive_control_tasks=split, oracle_pairs=1), tmp_path / split)
         made = set(pairs.load(inputs.pairs["expert"]["path"])["task_id"])
         assert given[-1] == [t["instance_id"] for t in getattr(inputs, split)] and made <= set(given[-1])
         assert bool(made & {t["instance_id"] for t in inputs.test}) == ab_inputs.PLANTED[split]
+        # planted, every evaluated task gets a pair even where B has fewer; from train, as many as B's
+        b = inputs.pairs["pairs"]["rows"]
+        assert inputs.pairs["expert"]["rows"] == (max(b, len(inputs.test)) if split == "test" else b)
+        assert split == "train" or made == {t["instance_id"] for t in inputs.test} and b < len(inputs.test)
     with pytest.raises(ValueError, match="positive_control_tasks must be one of \\['test', 'train'\\], got 'held-out'"):
         ab_inputs.prepare(_parameters(positive_control_tasks="held-out"), tmp_path / "bad")
     # B's pairs are held out whatever B+'s are
