@@ -100,9 +100,9 @@ def prepare(p: dict, run_dir) -> Inputs:
     (the positive control's), on the train split or, with p["positive_control_tasks"] "test", on the evaluated test
     tasks themselves (a planted effect), then at least one per test task; only the datasets some arm trains on are
     made. With p["screen_tasks"], GRPO trains only on those first train tasks whose success rate `screen` finds
-    strictly between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this machine cannot
-    run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert pairs); passes
-    over real tasks without held-out probes (Inputs.no_probes)."""
+    strictly between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this
+    machine cannot run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert
+    pairs); passes over real tasks without held-out probes (Inputs.no_probes)."""
     from composer import pairs, pilot, reference_pairs, zoo
     from composer.env.environment import tool_schemas
     from composer.env.real import container
