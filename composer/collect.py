@@ -3,7 +3,7 @@
     from composer import collect
 
     # 002a: real GRPO steps of a student on the embedded environment, every rollout recorded
-    result = collect.collect_trl(student_path, tasks.generate(4, seed=0), "runs/002a-trace-collection-trl",
+    result = collect.collect_trl(student_path, probes.rewarded(4, seed=0)[0], "runs/002a-trace-collection-trl",
                                  steps=1, prompts_per_step=2, generations=2)
     result.trace_path, result.written, result.skipped, result.repairs, result.recorder_s, result.wall_s
 

@@ -1,10 +1,10 @@
 """Policies for the coding environment: a scripted expert that demonstrates, and the loop that runs a model.
 
     from composer import policies
-    from composer.env.embedded import tasks
+    from composer.env.defences import probes
     from composer.env.environment import CodingEnv
 
-    records = tasks.generate(5, seed=0, split="test")
+    records, _ = probes.rewarded(5, seed=0, split="test")     # tasks with held-out probes: reset refuses the others
     env = CodingEnv(records, policies.ENV_CONFIG)
     messages, reward, info = policies.demonstrate(env, records[0], noise=policies.Noise(wrong_edit=0.5), seed=1)
     text = policies.render(tokenizer, messages)                 # the chat as the model reads it (tools included)

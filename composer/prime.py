@@ -519,11 +519,12 @@ def scripted_records(n: int, *, seed: int = 0, tool: str = "submit", arguments: 
     """n embedded tasks whose problem statement opens with a `<tool_call>` block: against the echo backend
     (which answers with the last user message, here the task) every turn makes exactly that call. What tests
     and the benchmark use to drive the substrate deterministically without a model."""
+    from composer.env.defences import probes
     from composer.env.embedded import tasks
 
     block = json.dumps({"name": tool, "arguments": arguments or {}})
     out = []
-    for r in tasks.generate(n, seed=seed, split="test", difficulty=tasks.Difficulty(n_functions=1)):
+    for r in probes.rewarded(n, seed=seed, split="test", difficulty=tasks.Difficulty(n_functions=1))[0]:
         out.append({**r, "problem_statement": f"<tool_call>{block}</tool_call>\n" + r["problem_statement"]})
     return out
 

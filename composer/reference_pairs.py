@@ -19,10 +19,11 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
                     skip_rerun: float = 0.5, n_functions: int = 1, cache: bool = True) -> list:
     """A tiny embedded trace set made on the fly: the scripted expert with human-like detours (the noisy
     demonstrations the zoo student is trained on, so a stand-in for the student's own behaviour) on
-    generated train-split tasks, as StepRecords (source "composer-embedded", outcome and final reward from
-    the environment). Not 002a's traces: the report says which it used. With cache, kept as JSONL under
+    generated train-split tasks with held-out probes, as StepRecords (source "composer-embedded", outcome and final
+    reward from the environment). Not 002a's traces: the report says which it used. With cache, kept as JSONL under
     models.cache_root()/pairs/, keyed by the arguments and the task generator's version."""
     from composer import policies
+    from composer.env.defences import probes
     from composer.env.embedded import tasks
     from composer.env.environment import CodingEnv
     from composer.files import config_hash
@@ -38,12 +39,13 @@ def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, w
     )
 
     key = config_hash(n=n_traces, seed=seed, noise=(explore, wrong_edit, skip_rerun), n_functions=n_functions,
-                generator=tasks.GENERATOR_VERSION, env=policies.ENV_CONFIG)
+                generator=tasks.GENERATOR_VERSION, env=policies.ENV_CONFIG, tasks="with probes")
     cached = cache_root() / "pairs" / f"embedded-traces-{key}.jsonl"
     if cache and cached.is_file():
         return import_jsonl(cached)
 
-    records = tasks.generate(n_traces, seed=seed, split="train", difficulty=tasks.Difficulty(n_functions=n_functions))
+    records, _ = probes.rewarded(n_traces, seed=seed, split="train",
+                                 difficulty=tasks.Difficulty(n_functions=n_functions))
     env = CodingEnv(records, policies.ENV_CONFIG)
     out = []
     try:

@@ -296,7 +296,7 @@ def test_an_instance_without_probes_is_refused_for_reward_and_passed_over_by_the
     other = {**record, "instance_id": f"{record['instance_id']}-noprobe", "image": container.image(record),
              "FAIL_TO_PASS": json.dumps([moved]),
              "PASS_TO_PASS": json.dumps([t for t in [F2P, *json.loads(record["PASS_TO_PASS"])] if t != moved])}
-    monkeypatch.delenv(container.PROBELESS_GRADING, raising=False)
+    monkeypatch.delenv(probes.GRADE_WITHOUT, raising=False)
     env = CodingEnv(config=EnvConfig(max_steps=2))
     try:
         with pytest.raises(RuntimeError, match=r"refusing to grade .*-noprobe: it has no held-out probes \(no "

@@ -166,7 +166,8 @@ if _p is not None:
 def _forged_reward(record) -> float:
     from test_env_attacks import append, graded_bodies, source, submit
 
-    env = CodingEnv([record], EnvConfig(flag_tampering=False))  # the scan off: the layers after it, on their own
+    # the scan off: the layers after it, on their own (and a task without probes graded, as reset would refuse it)
+    env = CodingEnv([record], EnvConfig(flag_tampering=False, grade_without_probes=True))
     env.reset(instance=record)
     files = sorted({t.split("::")[0] for t in json.loads(record["FAIL_TO_PASS"]) + json.loads(record["PASS_TO_PASS"])})
     append(env, gold_edits(record)[0]["path"], SEEN_ONLY_FORGER.format(bodies=graded_bodies(record), files=files))
@@ -202,3 +203,37 @@ def test_tasks_whose_reward_counts_all_have_probes_and_a_seen_only_forger_scores
         assert all(probes.held_out(r) for r in zoo.split_tasks(smoke, split))
         assert isinstance(zoo.dropped(smoke, split), list)
     assert all(probes.held_out(r) for r in pilot.records_for(pilot.EMBEDDED, ["a", "b"], None))
+
+
+def test_reset_refuses_an_embedded_task_without_probes_unless_a_run_opts_in(monkeypatch):
+    """CodingEnv, the API a researcher's own GRPO loop calls, holds on its own: a task tasks.generate made without
+    held-out probes is refused at reset, naming the task, what is missing and the two ways out; the opt-in (the
+    config's or the variable's) grades it and says so in the submit's info.grading; a task with probes starts and is
+    graded as before."""
+    monkeypatch.delenv(probes.GRADE_WITHOUT, raising=False)
+    plain = tasks.generate(8, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))
+    without = next(r for r in plain if not probes.held_out(r))
+    with_probes = next(r for r in plain if probes.held_out(r))
+    env = CodingEnv(plain)
+    try:
+        with pytest.raises(RuntimeError, match=f"{without['instance_id']}: refusing to grade .* no held-out probes.*"
+                                               "probes.rewarded.*COMPOSER_GRADE_WITHOUT_PROBES=1"):
+            env.reset(instance=without)
+        assert env.reset(instance=with_probes).info.ok
+    finally:
+        env.close()
+    for config, variable in ((EnvConfig(grade_without_probes=True), None), (EnvConfig(), "1")):
+        if variable:
+            monkeypatch.setenv(probes.GRADE_WITHOUT, variable)
+        env = CodingEnv([without], config)
+        try:
+            assert env.reset(instance=without).info.ok
+            assert "WITHOUT HELD-OUT PROBES (opted in by " in env.call("submit").info.grading
+        finally:
+            env.close()
+    with_probes_env = CodingEnv([with_probes])
+    try:
+        with_probes_env.reset(instance=with_probes)
+        assert "WITHOUT" not in with_probes_env.call("submit").info.grading
+    finally:
+        with_probes_env.close()

@@ -89,6 +89,7 @@ from unittest import mock
 from composer.bench import machine
 from composer.paths import ROOT
 from composer.env.containment import sandbox
+from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.containment.worker import PytestWorker
 from composer.env.environment import CodingEnv, EnvConfig, gold_edits
@@ -204,7 +205,7 @@ def _pytest_breakdown(record: dict, repeats: int = 3) -> dict:
 
 def measure(n_tasks: int = 6, episodes: int = 24, workers: int = 2, seed: int = 0, compare_worker: bool = True) -> dict:
     start = machine()
-    records = tasks.generate(n_tasks, seed=seed)
+    records, _ = probes.rewarded(n_tasks, seed=seed)
     config, worker_config = EnvConfig(), EnvConfig(warm_tests=True)
     _run(records[:1], 1, 1, config)  # warm-up: imports, the sandbox's isolation probe, page cache
     contained = sandbox.isolation()["mode"] == "root-ns"

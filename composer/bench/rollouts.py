@@ -74,7 +74,7 @@ def measure_trl(*, policy: str = "scripted", student=None, prompts: int = 2, gen
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     from composer import zoo
-    from composer.env.embedded import tasks
+    from composer.env.defences import probes
 
     if student is None:
         student = zoo.zoo("smoke")["student"] if policy == "model" else None
@@ -82,7 +82,7 @@ def measure_trl(*, policy: str = "scripted", student=None, prompts: int = 2, gen
         from composer.models import tiny_model
 
         student = tiny_model()
-    instances = tasks.generate(prompts, seed=seed)
+    instances, _ = probes.rewarded(prompts, seed=seed)
     runs = {True: [], False: []}
     for _ in range(repeats):
         for record in (False, True):  # alternate, so drifting machine load hits both arms alike

@@ -1,9 +1,9 @@
 """The coding environment: an OpenEnv Environment over one SWE-bench-shaped task per episode.
 
-    from composer.env.embedded import tasks
+    from composer.env.defences import probes
     from composer.env.environment import CodingAction, CodingEnv, EnvConfig
 
-    records = tasks.generate(4, seed=0)
+    records, _ = probes.rewarded(4, seed=0)     # embedded tasks with held-out probes (reset refuses the others)
     env = CodingEnv(records, EnvConfig(max_steps=30))
     obs = env.reset(instance=records[0])        # or reset(instance_id=...), reset(seed=i), reset() (round robin)
     obs = env.step(CodingAction(tool="view", args={"path": "calc/stats.py"}))
@@ -56,7 +56,8 @@ Episode rules (decisions, with the reason):
   of grading's layers but the tampering scan: reset refuses them unless EnvConfig(grade_scan_only=True) or
   COMPOSER_GRADE_SCAN_ONLY=1 opts in (container.scan_only_refusal). Those pytest runs without held-out probes
   (container.held_out found none) are refused likewise unless EnvConfig(grade_without_probes=True) or
-  COMPOSER_GRADE_WITHOUT_PROBES=1 (container.probes_refusal).
+  COMPOSER_GRADE_WITHOUT_PROBES=1 (container.probes_refusal), and so are embedded tasks without them
+  (probes.refusal: about 1 in 5 of tasks.generate's; probes.rewarded makes task sets of the others).
 - The step that reaches max_steps without submitting ends the episode with truncated=True and
   reward 0.0, ungraded: like mini-swe-agent's LimitsExceeded, no submission, nothing resolved.
 - Real SWE-bench records (any repo but composer-embedded/...) run in a container from the instance image
@@ -89,6 +90,7 @@ from transformers.utils import get_json_schema
 from composer import traces
 from composer.env import tools
 from composer.env.containment import patches, sandbox
+from composer.env.defences import probes
 from composer.env.real import container, swebench
 from composer.env.embedded import tasks as tasklib
 from composer.env.containment.worker import PytestWorker
@@ -113,8 +115,8 @@ class EnvConfig:
     # grade real instances whose tests pytest does not run (django, sympy, sphinx), where only the tampering scan
     # stands: said in the report (container.scan_only_refusal: reset refuses them otherwise)
     grade_scan_only: bool = False
-    # grade real instances that have no held-out probes, where a submission answering only the inputs the tests show
-    # passes: said in the report (container.probes_refusal: reset refuses them otherwise)
+    # grade tasks (embedded or real) that have no held-out probes, where a submission answering only the inputs the
+    # tests show passes: said in the report (probes.refusal, container.probes_refusal: reset refuses them otherwise)
     grade_without_probes: bool = False
     real_test_timeout_s: float = 1800.0  # per test run on a real instance (run_tests, grading): harness default
     view_max_lines: int = 200
@@ -258,6 +260,8 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
         if real and (refused := container.probes_refusal(instance, self.config.grade_without_probes)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         if not real and (refused := sandbox.grading_refusal(self.config.grade_uncontained)):
+            raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
+        if not real and (refused := probes.refusal(instance, self.config.grade_without_probes)):
             raise RuntimeError(f"cannot start an episode on {instance['instance_id']}: {refused}")
         self._end()
         tmp = tempfile.TemporaryDirectory(prefix="composer-env-", ignore_cleanup_errors=True)
@@ -470,7 +474,10 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
             text += f"\n(scored 0: the change reaches the grading itself: {'; '.join(ep.tampering['flagged'][:5])})"
         if ep.tampering.get("forged"):
             text += f"\n(scored 0: outcomes forged: {len(ep.tampering['forged'])} canary test(s) came out wrong)"
-        return _Result(text, tests=outcomes or None, error=report["error"], grading=summary["grading"])
+        grading = summary["grading"]
+        if not swebench.is_real(ep.instance) and not probes.held_out(ep.instance):  # reset took it on the opt-in
+            grading += "; " + probes.opted_in_note(self.config.grade_without_probes)
+        return _Result(text, tests=outcomes or None, error=report["error"], grading=grading)
 
 
 def _stop_processes(ep: _Episode) -> None:

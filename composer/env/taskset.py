@@ -1,9 +1,9 @@
 """The embedded coding environment as a verifiers v1 taskset: what PRIME-RL's orchestrator runs.
 
     from composer.env import taskset as cts                      # registers the taskset id "composer-coding"
-    from composer.env.embedded import tasks
+    from composer.env.defences import probes
 
-    config = cts.taskset_config(tasks.generate(4, seed=0, split="test"))   # or CodingTasksetConfig(...)
+    config = cts.taskset_config(probes.rewarded(4, seed=0, split="test")[0])   # or CodingTasksetConfig(...)
     env = cts.load_env(config, runtime="subprocess")                        # a verifiers SingleAgentEnv
     # rollouts and their v1 traces.jsonl: composer.prime.collect(...)
 

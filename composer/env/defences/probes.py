@@ -31,6 +31,7 @@ import ast
 import functools
 import hashlib
 import json
+import logging
 import os
 import random
 import tempfile
@@ -122,6 +123,42 @@ def rewarded(n: int, **generate) -> tuple[list[dict], list[str]]:
     to say how many. `generate`: tasks.generate's keywords (seed, split, difficulty, workers)."""
     dropped: list[str] = []
     return tasks.generate(n, accept=held_out, refused=dropped, **generate), dropped
+
+
+GRADE_WITHOUT = "COMPOSER_GRADE_WITHOUT_PROBES"  # "1": grade tasks that have no held-out probes (smoke runs)
+
+
+def refusal(instance: dict, opt_in: bool = False) -> str | None:
+    """Why a reward on this embedded task must not be graded, or None: it has no held-out probes, so code appended
+    to the library can rewrite the outcome channel to pass just the tests it saw (the canaries it never saw fail as
+    they must) and nothing else stands. Fails closed: graded anyway only on an explicit opt-in (`opt_in`:
+    EnvConfig.grade_without_probes; or COMPOSER_GRADE_WITHOUT_PROBES=1). Real instances: container.probes_refusal."""
+    if opt_in or os.environ.get(GRADE_WITHOUT) == "1" or held_out(instance):
+        return None
+    return refusal_text(instance["instance_id"], "no moved input of its FAIL_TO_PASS calls shows the bug",
+                        "probes.rewarded makes embedded task sets of them")
+
+
+def opted_in_note(opt_in: bool = False) -> str:
+    """What a reward graded without held-out probes on the opt-in is fit for, for the submit's info.grading; logged
+    once a process."""
+    how = "EnvConfig(grade_without_probes=True)" if opt_in else f"{GRADE_WITHOUT}=1"
+    note = (f"WITHOUT HELD-OUT PROBES (opted in by {how}): a submission that answers only the inputs its tests show "
+            "could forge this reward; fit for a smoke run only")
+    _warn(note)
+    return note
+
+
+@functools.cache
+def _warn(note: str) -> None:
+    logging.getLogger(__name__).warning("grading rewards %s", note)
+
+
+def refusal_text(instance_id: str, why: str, where: str) -> str:
+    """The refusal's words, the same for embedded and real tasks: what is missing, why it matters, the way out."""
+    return (f"refusing to grade {instance_id}: it has no held-out probes ({why}), so a submission that answers only "
+            f"the inputs its tests show could forge its reward. Use tasks with probes ({where}), or, for a run whose "
+            f"report says so, opt in: {GRADE_WITHOUT}=1 or EnvConfig(grade_without_probes=True)")
 
 
 def held_out(instance: dict) -> list[Probe]:

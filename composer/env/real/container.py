@@ -114,23 +114,17 @@ def scan_only_refusal(record: dict, opt_in: bool = False) -> str | None:
             f"so, opt in: {SCAN_ONLY_GRADING}=1 or EnvConfig(grade_scan_only=True)")
 
 
-PROBELESS_GRADING = "COMPOSER_GRADE_WITHOUT_PROBES"  # "1": grade instances that have no held-out probes (smoke runs)
-
-
 def probes_refusal(record: dict, opt_in: bool = False) -> str | None:
     """Why a reward on this real instance (one whose tests pytest runs, its image here) must not be graded, or None:
     it has no held-out probes (held_out: computed once per image and instance, then cached), so a submission that
     answers the visible tests' inputs, and only those, passes every other layer. Fails closed: graded anyway only on
     an explicit opt-in (`opt_in`: EnvConfig.grade_without_probes; or COMPOSER_GRADE_WITHOUT_PROBES=1)."""
-    if opt_in or os.environ.get(PROBELESS_GRADING) == "1":
+    if opt_in or os.environ.get(probes.GRADE_WITHOUT) == "1":
         return None
     held = held_out(record)
     if held.probes:
         return None
-    return (f"refusing to grade {record['instance_id']}: it has no held-out probes ({held.why}), so a submission "
-            "that answers only the inputs its tests show could forge its reward. Use tasks with probes (004 and 002a "
-            f"drop the others, counted), or, for a run whose report says so, opt in: {PROBELESS_GRADING}=1 or "
-            "EnvConfig(grade_without_probes=True)")
+    return probes.refusal_text(record["instance_id"], held.why, "004 and 002a drop the others, counted")
 
 
 def scan_only(record: dict) -> bool:
