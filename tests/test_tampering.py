@@ -137,6 +137,17 @@ def test_each_kind_is_found_where_the_change_adds_it(code, what):
     ("os.write(int('100'), b'x')\n", True),
     ("print(os.listdir('/dev/fd'))\n", True), ("f = open('/dev/fd/' + str(3), 'w')\n", True),
     ("import socket\ns = socket.socket(fileno=3)\n", True),
+    # ... a function of os bound to another name, a builtin under another, a string or number built from literals, a
+    # code object's constructor computed, a payload kept in a docstring, the grading's names by their prefix
+    ("from os import write\nwrite(3, b'x')\n", True), ("from os import write as w\nw(3, b'x')\n", True),
+    ("w = os.write\nw(3, b'x')\n", True), ("g = getattr\ng(os, 'abort')()\n", True),
+    ("import sys\ng = getattr\ng(sys, 'settr' + 'ace')\n", True), ("f = open('/dev/' + 'fd/3', 'w')\n", True),
+    ("p = '/dev/'\nf = open(f'{p}fd/3', 'w')\n", True), ("os.write(len('abc'), b'x')\n", True),
+    ("class C:\n    n = 3\nos.write(C.n, b'x')\n", True),
+    ("class C:\n    def __init__(self):\n        self.fd = 3\n    def w(self):\n"
+     "        os.write(self.fd, b'x')\n", True),
+    ("def f(g, ns):\n    return type(g)(g.__code__, ns)\n", True), ("'''x = 1'''\nexec(__doc__)\n", True),
+    ("def f(n):\n    return n.startswith('_composer_s')\n", True), ("x = '_compo' + 'ser_sandbox'\n", True),
     # their honest kin: a function's copy from its own code, imports, exec and descriptors named at run time
     ("import types\ndef f(g):\n    return types.FunctionType(g.__code__, g.__globals__, name='h')\n", False),
     ("def f(g):\n    return getattr(g, '__code__', None)\n", False),
@@ -144,6 +155,10 @@ def test_each_kind_is_found_where_the_change_adds_it(code, what):
     ("def f(code, ns):\n    exec(code, ns)\n", False), ("def f(fd):\n    os.write(fd, b'x')\n", None),
     ("os.write(2, b'x')\nx = [1, 2][-1]\n", None), ("f = open('/dev/fd/0')\ng = open('/dev/fd0')\n", None),
     ("f = open('data/3.txt')\n", None), ("import socket\ndef f(fd):\n    return socket.socket(fileno=fd)\n", None),
+    ("class C:\n    def __init__(self, p):\n        self.fd = os.open(p, 0)\n    def w(self):\n"
+     "        os.write(self.fd, b'x')\n", None),
+    ("class A:\n    kind = 'foo'\n    def f(self):\n        return getattr(self, 'handle_' + self.kind)\n", False),
+    ("f = open('data/' + 'x.txt')\n", None),
 ])
 def test_only_what_reaches_the_gradings_own_machinery_is_decisive(code, decisive):
     found = scan_added(code)

@@ -108,7 +108,8 @@ GUARDED_NAMES = {**dict.fromkeys(("_exit",), "ending the process at once"),
 # Words in string constants, matched without regard to case.
 STRINGS = {"pytest": "pytest internals", "pluggy": "pytest internals", "conftest": "pytest internals",
            "/proc/": "/proc", "composer_sandbox": "the grading's own names",
-           "composer_plain": "the grading's own names", "current_test": "the test being run",
+           "composer_plain": "the grading's own names", "_composer_": "the grading's own names",
+           "current_test": "the test being run",
            "__code__": "frame or code-object access"}
 # The outcome plugin's internals, read from any object (not its `_send`: a method name of honest code, django's mail).
 PLUGIN_ATTRIBUTES = frozenset({"_FD", "_TOKEN", "_WANTED", "_PLAIN"})
@@ -124,7 +125,11 @@ DESCRIPTOR_CALLS = frozenset({"write", "writev", "pwrite", "pwritev", "sendfile"
 DESCRIPTOR_PATH = re.compile(r"/(dev|proc/(self|\d+))/fd(?!\w)(?!/[012](?!\d))")
 # What a value built from literals alone may call: builtins and codec modules that only transform their arguments.
 PURE_FUNCTIONS = frozenset({"chr", "ord", "bytes", "bytearray", "str", "int", "range", "list", "tuple", "reversed",
-                            "sorted", "map", "zip", "format", "compile"})
+                            "sorted", "map", "zip", "format", "compile", "len", "abs", "min", "max", "sum", "pow",
+                            "round"})
+NUMERIC_FUNCTIONS = frozenset({"int", "len", "abs", "min", "max", "sum", "pow", "round", "ord"})
+# Modules whose functions take a file descriptor (DESCRIPTOR_CALLS), imported or bound by name.
+DESCRIPTOR_MODULES = frozenset({"os", "posix", "io", "_io", "socket"})
 CODEC_MODULES = frozenset({"base64", "binascii", "codecs", "zlib", "lzma", "bz2", "gzip", "marshal", "pickle",
                            "string", "operator"})
 # Methods by which a value decides how it compares, hashes, iterates or converts.
@@ -264,17 +269,27 @@ def _builder_named(node) -> str | None:
 def _aliases(nodes: list) -> dict[str, str]:
     """{local name: what it stands for} for every name the file binds to the sys, os, posix or threading module (by
     import, by fetching it by its name: `o = __import__("os")`, or by assignment from such a name), to a builtin
-    value type (`_List = list`) or to a constructor of functions and code objects (`from types import FunctionType as
-    F`, `F = types.FunctionType`, `F = getattr(types, "FunctionType")`)."""
+    value type (`_List = list`), to a builtin that runs code or reads attributes (`g = getattr`, `e = exec`), to a
+    constructor of functions and code objects (`from types import FunctionType as F`, `F = types.FunctionType`,
+    `F = getattr(types, "FunctionType")`) or to a function of os, posix or io ("os.write": `from os import write`,
+    `w = os.write`)."""
     found = {alias.asname or alias.name: alias.name for node in nodes if isinstance(node, ast.Import)
              for alias in node.names if alias.name in MODULE_ATTRIBUTES}
     found.update({alias.asname or alias.name: alias.name for node in nodes
                   if isinstance(node, ast.ImportFrom) and node.module == "types" for alias in node.names
                   if alias.name in CODE_BUILDERS})
+    found.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for node in nodes
+                  if isinstance(node, ast.ImportFrom) and node.module in DESCRIPTOR_MODULES for alias in node.names})
     found.update({t.id: what for node in nodes if isinstance(node, ast.Assign)
                   and (what := _builder_named(node.value) or _module_named(node.value))
                   for t in node.targets if isinstance(t, ast.Name)})
-    known = lambda name: found.get(name) or (name if name in BUILTIN_VALUES or name in MODULE_ATTRIBUTES else None)  # noqa: E731
+    known = lambda name: found.get(name) or (name if name in BUILTIN_VALUES or name in MODULE_ATTRIBUTES  # noqa: E731
+                                             or name in CALLS or name in ATTRIBUTE_CALLS else None)
+    for node in nodes:  # `w = os.write`: a module's function under another name
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) and isinstance(
+                node.value.value, ast.Name) and known(node.value.value.id) in DESCRIPTOR_MODULES:
+            found.update({t.id: f"{known(node.value.value.id)}.{node.value.attr}" for t in node.targets
+                          if isinstance(t, ast.Name)})
     for _ in range(3):  # chains of assignments, a few links deep
         for node in nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and known(node.value.id):
@@ -295,6 +310,8 @@ def _bindings(nodes: list) -> dict[str, list]:
                     if isinstance(name, ast.Name):
                         bound.setdefault(name.id, []).append(value)
                         assigned.add(name)
+                    elif isinstance(name, ast.Attribute):  # `self.fd = 3`: under ".fd"
+                        bound.setdefault("." + name.attr, []).append(value)
     for node in nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node not in assigned:
             bound.setdefault(node.id, []).append(None)
@@ -316,7 +333,7 @@ class _Literals:
     hidden from a reader."""
 
     def __init__(self, nodes: list):
-        self.bound = bound = _bindings(nodes)
+        self.nodes, self.bound = nodes, (bound := _bindings(nodes))
         self.pure = PURE_FUNCTIONS | {n for n, values in bound.items() if all(v == "codec" for v in values)}
         self.names, self.built = set(), set()
         for _ in range(3):  # chains of assignments, a few links deep
@@ -327,8 +344,10 @@ class _Literals:
                 break
             self.names, self.built = names, built
 
-    def literal(self, node) -> bool:
-        """Built from literals alone (a constant included); walked without recursion, as real files nest deep."""
+    def literal(self, node, attributes: bool = False) -> bool:
+        """Built from literals alone (a constant included); walked without recursion, as real files nest deep. With
+        `attributes`, an attribute the file binds to literals alone, as an attribute or in a class body, is one too
+        (`C.fd`, `self.fd`: not for names, where `getattr(self, "visit_" + self.kind)` is everyday code)."""
         called = set()
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
@@ -345,13 +364,22 @@ class _Literals:
                 if sub not in called and sub.id not in self.names:
                     return False
             elif isinstance(sub, ast.Attribute):
-                if sub not in called:
+                if sub in called:
+                    continue
+                if not (attributes and self._attribute(sub.attr) and all(
+                        isinstance(n, (ast.Name, ast.Attribute, ast.expr_context)) for n in ast.walk(sub.value))):
                     return False
+                called.update(ast.walk(sub.value))
             elif not isinstance(sub, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Set,
                                       ast.Subscript, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.keyword,
                                       ast.Starred, ast.operator, ast.unaryop, ast.expr_context)):
                 return False
         return True
+
+    def _attribute(self, attr: str) -> bool:
+        """An attribute name bound somewhere, and only ever to literals (as a name in a class body, or as `x.attr`)."""
+        keys = [k for k in (attr, "." + attr) if k in self.bound]
+        return bool(keys) and all(k in self.names for k in keys)
 
     def constant(self, node):
         """The constant an expression is: a constant, or a name the file binds to that one constant alone."""
@@ -361,6 +389,26 @@ class _Literals:
         if values and all(isinstance(v, ast.Constant) for v in values) and len({repr(v.value) for v in values}) == 1:
             return values[0].value
         return None
+
+    def text(self, node) -> str | bytes | None:
+        """The string a concatenation or f-string of constants makes (`"/dev/" + "fd/3"`, `f"{p}fd/3"` with p bound
+        to one constant), or None; walked without recursion, as real files concatenate deep."""
+        parts, stack = [], [(node, False)]
+        while stack:
+            node, formatted = stack.pop()
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+                stack += [(node.right, False), (node.left, False)]
+            elif isinstance(node, ast.JoinedStr):
+                stack += [(v.value, True) if isinstance(v, ast.FormattedValue) else (v, False)
+                          for v in reversed(node.values)]
+            else:
+                value = self.constant(node) if isinstance(node, (ast.Constant, ast.Name)) else None
+                if formatted and type(value) is int:
+                    value = str(value)
+                if not isinstance(value, (str, bytes)) or parts and type(value) is not type(parts[0]):
+                    return None
+                parts.append(value)
+        return parts[0][:0].join(parts) if parts else None
 
     def hidden(self, node) -> bool:
         """Built from literals by a transformation: text or code spelled by calling, concatenating, formatting or
@@ -399,7 +447,9 @@ def _class_statements(body) -> list:
 
 class _Visitor:
     def __init__(self, aliases: dict[str, str], literals: _Literals):
-        self.found, self.at_import, self.aliases, self.literals = [], True, aliases, literals
+        self.found, self.at_import, self.aliases, self.literals, self.texts = [], True, aliases, literals, set()
+        self.inner = {part for node in literals.nodes if isinstance(node, (ast.BinOp, ast.FormattedValue))
+                      for part in ast.iter_child_nodes(node) if isinstance(part, (ast.BinOp, ast.JoinedStr))}
 
     def walk(self, tree) -> None:
         """Each node's visit_ method, in the order ast.NodeVisitor would call them, with a stack instead of
@@ -465,10 +515,15 @@ class _Visitor:
     def visit_Call(self, node):
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if isinstance(func, ast.Name) and self.aliases.get(name) in (*CALLS, *ATTRIBUTE_CALLS):
+            name = self.aliases[name]  # `g = getattr` ... `g(os, "abort")`
         builtin = isinstance(func, ast.Name) or isinstance(func, ast.Attribute) and (
             isinstance(func.value, ast.Name) and func.value.id in ("builtins", "__builtins__", "__builtin__"))
         if name in CALLS and builtin:
             self.add(CALLS[name], name, node)  # exec(...), builtins.exec(...); not re.compile or a frame's eval
+            if any(isinstance(a, ast.Name) and a.id == "__doc__" or isinstance(a, ast.Attribute) and a.attr == "__doc__"
+                   for a in node.args[:1]):
+                self.add("code or a name hidden in literals", "a docstring", node)  # the payload kept as prose
         # code, a module's name or an attribute's spelled from literals (decoded, joined, concatenated)
         named = name in ("import_module", "attrgetter", "methodcaller", *ATTRIBUTE_CALLS)
         if (name in CALLS and builtin or named) and any(self.literals.hidden(arg) for arg in node.args[:2]):
@@ -532,21 +587,29 @@ class _Visitor:
                 isinstance(func.args[0], ast.Lambda)
                 or isinstance(func.args[0], ast.Attribute) and func.args[0].attr == "__code__"):
             self.add("a function built from another code object", "type", node)
+        elif isinstance(func, ast.Call) and node.args and isinstance(node.args[0], ast.Attribute) and (
+                node.args[0].attr == "__code__") and not _own_copy(node):  # a computed constructor: type(g)(...)
+            self.add("a function built from another code object", ast.unparse(func)[:40], node)
 
     def _descriptor(self, node, name) -> None:
         """A write to, or an open of, a descriptor numbered by literals other than the standard streams' (the outcome
-        channel is a descriptor the run inherits): `os.write(3, ...)`, `open(3, "w")`, `for fd in range(3, 9)`."""
+        channel is a descriptor the run inherits): `os.write(3, ...)`, `open(3, "w")`, `for fd in range(3, 9)`, by
+        any name the file gives the function (`from os import write as w`, `w = os.write`)."""
         func = node.func
-        os_like = isinstance(func, ast.Name) and name in ("open", "fdopen", "FileIO") or isinstance(
+        module, _, function = (self.aliases.get(name, "") if isinstance(func, ast.Name) else "").rpartition(".")
+        if module in DESCRIPTOR_MODULES:
+            name = function
+        os_like = isinstance(func, ast.Name) and (name in ("open", "fdopen", "FileIO") or module) or isinstance(
             func, ast.Attribute) and (self._module_of(func.value) in ("os", "posix")
                                       or isinstance(func.value, ast.Name) and func.value.id in ("io", "_io", "socket"))
         fds = [node.args[0]] if name in DESCRIPTOR_CALLS and os_like and node.args else []
         fds += [k.value for k in node.keywords if k.arg in ("fileno", "fd") and name in ("socket", "fromfd", "FileIO")]
         for fd in fds:  # a path opens a file (`open("a.txt")`), a number spelled in a string (`int("100")`) does not
             standard = isinstance(fd, ast.Constant) and fd.value in (0, 1, 2)
-            path = any(isinstance(sub, ast.Constant) and isinstance(sub.value, (str, bytes)) and (
+            numeric = isinstance(fd, ast.Call) and _called(fd) in NUMERIC_FUNCTIONS  # `len("abc")`
+            path = not numeric and any(isinstance(sub, ast.Constant) and isinstance(sub.value, (str, bytes)) and (
                 sub.value[:1] in ("/", b"/") or not sub.value.strip().isdigit()) for sub in ast.walk(fd))
-            if self.literals.literal(fd) and not standard and not path:
+            if self.literals.literal(fd, attributes=True) and not standard and not path:
                 self.add("an inherited file descriptor", name, node)
 
     def visit_Subscript(self, node):
@@ -578,13 +641,28 @@ class _Visitor:
         if node.id in ATTRIBUTES and node.id.startswith("__"):
             self.add(ATTRIBUTES[node.id], node.id, node)
 
+    def visit_BinOp(self, node):
+        if node in self.inner:  # read with the concatenation it is part of
+            return
+        text = self.literals.text(node)  # "/dev/" + "fd/3", "_compo" + "ser_": read as the constant they make
+        if text is not None:
+            self._text(text, node)
+
+    visit_JoinedStr = visit_BinOp
+
     def visit_Constant(self, node):
         if isinstance(node.value, (str, bytes)):
-            text = (node.value if isinstance(node.value, str) else node.value.decode("latin-1")).lower()
-            for word, what in STRINGS.items():
-                if word in text:
-                    self.add(what, word, node)
-            if node.value in GUARDED_NAMES:  # the machinery named as a string: getattr, __dict__, vars(), ...
-                self.add(GUARDED_NAMES[node.value], node.value, node)
-            if path := DESCRIPTOR_PATH.search(text):
-                self.add("an inherited file descriptor", path[0], node)
+            self._text(node.value, node)
+
+    def _text(self, value, node) -> None:
+        """What a string names; once a line (a concatenation is read whole, then its parts)."""
+        text = (value if isinstance(value, str) else value.decode("latin-1")).lower()
+        found = [(what, word) for word, what in STRINGS.items() if word in text]
+        if value in GUARDED_NAMES:  # the machinery named as a string: getattr, __dict__, vars(), ...
+            found.append((GUARDED_NAMES[value], value))
+        if path := DESCRIPTOR_PATH.search(text):
+            found.append(("an inherited file descriptor", path[0]))
+        for what, detail in found:
+            if (what, detail, node.lineno) not in self.texts:
+                self.texts.add((what, detail, node.lineno))
+                self.add(what, detail, node)
