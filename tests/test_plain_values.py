@@ -451,6 +451,10 @@ SPOOFS = {
         'import os, sys, tempfile\n_dir = tempfile.mkdtemp()\n'
         'with open(os.path.join(_dir, "helperlib.py"), "w") as f:\n'
         f'    f.write({RIG!r})\nsys.path.append(_dir)\nfrom helperlib import Rigged\n'),
+    "a function exec'd into the test module's namespace, so that its globals are the test's": (
+        'import sys\n_ns = sys.modules["tests.test_code"].__dict__\n'
+        'exec("def _eq(self, other):\\n    return True\\n", _ns)\n'
+        'Rigged = type("Rigged", (), {"__eq__": _ns["_eq"], "__hash__": None})\n'),
 }
 
 

@@ -18,14 +18,17 @@ conversion methods of its own, and unittest.mock's ANY or a mock told to equal w
 equals nothing; a mock left as it is stays (tests hand mocks to the code and get them back). Which module is a test
 and which class the base, a test or a library wrote is told from the import system's own record (_Recorder: the
 module object each loader executed, the file it was found at, the classes its run defined) and from the functions'
-globals, never from a module's __file__ or __name__ or a class's __module__, which the code under test can assign:
+globals and code (a test's own function holds a code object of its module's own code, seen by an audit hook as the
+import system runs it: not one compiled into the test's namespace later), never from a module's __file__ or
+__name__ or a class's __module__, which the code under test can assign:
 a class posing as a test's or a library's is the repository's. The library's classes are those that existed when
 this module was imported, before any code of the repository ran, and those a library module loaded later from the
 Python installation defined (a file under its prefixes that nothing changed since the run began: never a module
 the run wrote, in its /tmp or anywhere), none of their methods written in the repository (pandas' Index). A test
 module is one found there as it is before the run began, never one the run added to the repository's folders. What
 this cannot see (a changed comparison method of a class the base has, code that rebinds the tests' names, modules
-first imported inside a test, a function it builds with a test's or a library's globals) the canaries catch
+first imported inside a test, a function it compiles into a library module's namespace, and before Python 3.8 into
+a test's) the canaries catch
 (composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the wrapping changes no
 outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one of flask's 482 (a class made inside a
 function, posing as werkzeug's) and one of xarray's 218 (it counts stack frames); with the import record, none of
@@ -52,6 +55,7 @@ _type_subclasses = type.__dict__["__subclasses__"]
 _object_dict = object.__getattribute__
 _HEAPTYPE = 1 << 9
 _FunctionType, _GeneratorType, _ModuleType = types.FunctionType, types.GeneratorType, types.ModuleType
+_CodeType = types.CodeType
 _COPY = {
     int: int.__int__, float: float.__float__, str: str.__str__,
     bytes: lambda v: bytes.__getitem__(v, slice(None)),  # not bytes.__bytes__: Python 3.11+, and real images run older
@@ -191,17 +195,41 @@ class _RecordingLoader:
 
     def exec_module(self, module):
         _LOADED[id(module)] = (module, self._origin)
-        if _test_module(module):
+        test = _test_module(module)
+        if test:
             _TEST_NAMESPACES.add(id(_object_dict(module, "__dict__")))
+            _EXPECTED.append(self._origin)  # its code objects: the first exec of code from this file (_audit)
         if _installed(self._origin) and not _inside(self._origin):
             _LIBRARY_NAMESPACES[id(_object_dict(module, "__dict__"))] = _object_dict(module, "__dict__")
         name = _object_dict(module, "__dict__").get("__name__")  # the import system's, before the module's code runs
-        self._loader.exec_module(module)
+        try:
+            self._loader.exec_module(module)
+        finally:
+            if test and self._origin in _EXPECTED:  # no exec seen (a loader that runs code otherwise): none trusted
+                _EXPECTED.remove(self._origin)
         _record_classes(module, self._origin, name)
 
 
 _LOADED: dict = {}  # id(module) -> (module, the file the import system loaded it from)
 _TEST_NAMESPACES: set = set()  # id() of the test modules' namespaces (kept alive by _LOADED)
+_TEST_CODES: dict = {}  # id -> every code object a test module's own code holds (its functions', nested ones too)
+_EXPECTED: list = []  # test files being loaded, whose module code has not run yet
+
+
+def _audit(event, args) -> None:
+    """Record the code objects of a test module as the import system runs it: the first code object exec'd from the
+    file of a test module being loaded is that module's (a loader compiles and execs it before any of its code runs),
+    and every function the module's code defines holds one of its constants. A function compiled later into a test's
+    namespace (exec(source, test_module.__dict__)) has that namespace as its globals but none of these codes."""
+    if event == "exec" and _EXPECTED and type(args[0]) is _CodeType:
+        origin = os.path.abspath(args[0].co_filename)
+        if origin in _EXPECTED:
+            _EXPECTED.remove(origin)
+            stack = [args[0]]
+            while stack:
+                code = stack.pop()
+                _TEST_CODES[id(code)] = code
+                stack += [c for c in code.co_consts if type(c) is _CodeType]
 _DEFINED: dict = {}  # id(class) -> (class, that file, "module:qualname" as it was when its module had run)
 
 
@@ -258,6 +286,9 @@ _LIBRARY = _classes()
 # id -> namespace of every module there before any code of the repository ran, and of those loaded from outside it
 _LIBRARY_NAMESPACES = {id(m.__dict__): m.__dict__ for m in list(sys.modules.values()) if isinstance(m, _ModuleType)}
 sys.meta_path.insert(0, _Recorder)
+_AUDITED = hasattr(sys, "addaudithook")  # Python 3.8+; an older image's Python trusts a test's globals alone
+if _AUDITED:
+    sys.addaudithook(_audit)
 _KNOWN = frozenset(json.loads(os.environ.pop("COMPOSER_SANDBOX_KNOWN_CLASSES", "[]")))  # "module:qualname"
 
 
@@ -266,14 +297,16 @@ def _known(cls) -> bool:
     the import system recorded it; or one a test wrote (the tests come from the base and the test patch: real test
     suites define classes of their own, a Schema subclass inside a test function): every callable of its own that
     could rig a comparison is a function made in a test module (its globals that module's namespace: a function's
-    __globals__ cannot be reassigned), and each of its bases is the library's or known. Never from the class's
+    __globals__ cannot be reassigned; its code one the module's own code holds: _audit), and each of its bases is
+    the library's or known. Never from the class's
     __module__ or __qualname__, which any class can set to a test's or the base's names."""
     made = _DEFINED.get(id(cls))
     if made is not None and made[0] is cls and _inside(made[1]) and made[2] in _KNOWN:
         return True
     own = [_function_of(value) for name, value in _type_dict(cls).items()
            if _rigs(name) and (callable(value) or type(value) in (staticmethod, classmethod, property))]
-    if any(f is None or id(f.__globals__) not in _TEST_NAMESPACES for f in own):  # data (ABC's) is no rigging
+    if any(f is None or id(f.__globals__) not in _TEST_NAMESPACES
+           or _AUDITED and _TEST_CODES.get(id(f.__code__)) is not f.__code__ for f in own):  # data (ABC's): no rigging
         return False
     bases = [b for b in _type_bases(cls) if not _library_class(b)]  # a test's Schema subclass: the base's Schema
     return bool(own or bases) and all(_known(b) for b in bases)
