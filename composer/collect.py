@@ -650,7 +650,8 @@ def build_trainer(model_path, instances: list[dict], run_dir, *, steps: int = 1,
     if channels is None:
         args, trainer_cls = GRPOConfig(output_dir, **settings), GRPOTrainer
     else:
-        args, trainer_cls = ComposerConfig(output_dir, **settings, **channels), ComposerTrainer
+        # an arm's own channel field over the shared config's (004: B+ with more pairs a step than trainer_config's)
+        args, trainer_cls = ComposerConfig(output_dir, **{**settings, **channels}), ComposerTrainer
         extra["pairs_dataset"] = pairs_dataset
     if turn_cache:
         trainer_cls = with_turn_cache(trainer_cls)

@@ -379,9 +379,11 @@ def test_channels_make_a_composer_trainer_with_its_pairs(model_path, records, tm
         [ConcurrentTools, TurnCache, GRPOTrainer]
     pairs = Dataset.from_list([{"prompt": [{"role": "user", "content": "x"}], "chosen": "a", "rejected": "b",
                                 "ref_chosen_logps": -1.0, "ref_rejected_logps": -2.0}])
-    dpo = collect.build_trainer(model_path, records, tmp_path / "b", checkpoint=False,
-                                channels={"trace_replay_weight": 0.5}, pairs_dataset=pairs)
+    dpo = collect.build_trainer(model_path, records, tmp_path / "b", checkpoint=False, trace_replay_batch_size=10,
+                                channels={"trace_replay_weight": 0.5, "trace_replay_batch_size": 30},
+                                pairs_dataset=pairs)
     assert isinstance(dpo, ComposerTrainer) and dpo.args.trace_replay_weight == 0.5 and len(dpo._encoded_pairs) == len(pairs)
+    assert dpo.args.trace_replay_batch_size == 30  # an arm's own channel field over the shared trainer_config's
     with pytest.raises(ValueError, match="pairs_dataset is required"):
         collect.build_trainer(model_path, records, tmp_path / "c", checkpoint=False,
                               channels={"trace_replay_weight": 0.5})
