@@ -85,6 +85,18 @@ def test_a_name_patch_reads_otherwise_than_grading_is_refused_and_left_out_of_th
     assert tools.repo_diff(before, repo) == ("", ["conftest.py x"])
 
 
+def test_a_changed_file_longer_than_the_scan_reads_scores_0(records, monkeypatch):
+    """A prediction from elsewhere has no file cap: a payload past what the scan reads would run unscanned, so the
+    file scores 0 (the limit lowered here to show it on a small file); the gold patch alone still resolves."""
+    gold = records[0]
+    monkeypatch.setattr(swebench, "SCAN_LIMIT", 20_000)  # above the task's own files
+    padded = "--- /dev/null\n+++ b/padding.py\n@@ -0,0 +1,2 @@\n+X = '" + "x" * 30_000 + "'\n+import os\n"
+    report = swebench.evaluate([pred(gold, gold["patch"] + padded)], records, run_id="t")["instances"]
+    flagged = report[gold["instance_id"]]["tampering"]["flagged"]
+    assert not report[gold["instance_id"]]["resolved"] and "a file too large to scan in padding.py" in flagged
+    assert swebench.evaluate([pred(gold, gold["patch"])], records, run_id="t")["resolved_instances"] == 1
+
+
 def test_real_instances_need_a_container_engine_and_say_so(records, monkeypatch):
     monkeypatch.setenv("COMPOSER_CONTAINER_ENGINE", "no-such-engine")
     real = {**records[0], "repo": "django/django", "instance_id": "django__django-11099"}

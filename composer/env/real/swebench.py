@@ -341,8 +341,9 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
             changed = patches.apply_unified_diff(repo, patch) if patch.strip() else []
             before = {p: named[p] for p in changed}
             report["patch_successfully_applied"] = True
-            report["tampering"].update(tampering.report(before, {p: _text(repo, p) for p in changed}))
-            report["tampering"]["flagged"] += grading.misread_findings(before, test_paths)
+            after = {p: _text(repo, p) for p in changed}
+            report["tampering"].update(tampering.report(before, after))
+            report["tampering"]["flagged"] += grading.misread_findings(before, test_paths) + _too_large(after)
             patches.apply_unified_diff(repo, instance["test_patch"])
         except (ValueError, patches.SandboxError) as e:
             report["error"] = str(e)
@@ -373,9 +374,18 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
     return report
 
 
+SCAN_LIMIT = 8 << 20  # bytes of a changed file the tampering scan reads; a longer one scores 0 (_too_large)
+
+
 def _text(repo: Path, rel: str) -> bytes | None:
-    """A file's bytes for the tampering scan (None: absent or not a regular file)."""
-    return patches.read_regular(patches.safe_path(repo, rel), 8 << 20)
+    """A file's bytes for the tampering scan, one past SCAN_LIMIT at most (None: absent or not a regular file)."""
+    return patches.read_regular(patches.safe_path(repo, rel), SCAN_LIMIT + 1)
+
+
+def _too_large(after: dict) -> list[str]:
+    """Decisive findings for changed files longer than the scan reads: the rest would run unscanned (the agent's
+    tools cap a file far below; a prediction from elsewhere has no cap)."""
+    return [f"a file too large to scan in {p}" for p, text in after.items() if text and len(text) > SCAN_LIMIT]
 
 
 def _summary(preds: dict, dataset_ids: list[str], reports: dict, run_id: str) -> dict:
