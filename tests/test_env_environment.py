@@ -81,10 +81,14 @@ def test_edit_replaces_inserts_deletes_and_creates(tmp_path):
     assert (tmp_path / "pkg/new.py").read_text() == "x = 1\n"
     for args, message in [(("a.py", 9, 9, ""), "outside"), (("a.py", 2, 7, ""), "end=7"),
                           (("gone.py", 1, 1, "x"), "no such file"), (("a.py", 1, 1, "x" * 101), "limit is 100"),
-                          (("a.py", 1, 1, "a\0b"), "NUL"), (("a.py", 1, 1, "\ud800"), "UTF-8")]:
+                          (("a.py", 1, 1, "a\0b"), "NUL"), (("a.py", 1, 1, "\ud800"), "UTF-8"),
+                          # names patch reads otherwise than grading never enter a diff: edit will not create them
+                          (("conftest.py x", 1, 0, "x = 1\n"), "unsupported file name"),
+                          (("tests/a\u2028b.py", 1, 0, "x = 1\n"), "unsupported file name")]:
         with pytest.raises(tools.ToolError, match=message):
             tools.edit(tmp_path, *args, max_bytes=100)
     assert (tmp_path / "a.py").read_text() == "zero\none\nthree\nfour\n"
+    assert not (tmp_path / "conftest.py x").exists() and not (tmp_path / "tests").exists()
 
 
 def test_edit_never_writes_through_a_hard_link(tmp_path):
