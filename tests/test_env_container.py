@@ -277,6 +277,35 @@ def test_gold_scores_1_with_canaries_probes_plain_values_and_a_read_only_copy(re
     assert plain_off["resolved"] is True and plain_off["tests_status"] == gold["tests_status"]
 
 
+# At import, the package fails if any of the given host paths is there: what a forger reading grading's files from the
+# host (the composer cache with the probes' expected values, the checkout) would need.
+SEES_HOST_PATHS = """--- a/src/marshmallow/__init__.py
++++ b/src/marshmallow/__init__.py
+@@ -34,3 +34,7 @@
+     'ValidationError',
+     'missing',
+ ]
++
++import os as _os
++if any(_os.path.exists(_p) for _p in {paths!r}):
++    raise ImportError('a host path is in the grading container')
+"""
+
+
+def test_grading_s_files_on_the_host_are_not_in_a_real_instances_grading_container(record, monkeypatch):
+    """A real instance is graded in a fresh container with no host folder mounted: the composer cache (the probes'
+    expected values) and the checkout are not there, so the gold patch with a check for them still resolves; with the
+    cache mounted into that container (what this rules out), the same check fails the tests."""
+    cache = os.environ["COMPOSER_CACHE"]
+    seeing = record["patch"] + SEES_HOST_PATHS.format(paths=[cache, str(ROOT)])
+    graded = container.grade(pred(record, seeing), record, timeout_s=600, flag_tampering=False)
+    assert graded["resolved"] is True and graded["probes"]["missed"] == 0
+    real = container.Container
+    monkeypatch.setattr(container, "Container", lambda name, **kw: real(name, **kw, mounts={Path(cache): cache}))
+    mounted = container.grade(pred(record, seeing), record, timeout_s=600, flag_tampering=False)
+    assert mounted["resolved"] is False and mounted["tests_status"]["FAIL_TO_PASS"]["failure"] == [F2P]
+
+
 def test_an_instance_whose_tests_give_no_probe_gets_none_and_says_so(record):
     """A FAIL_TO_PASS test that calls nothing with a literal input (`assert not missing`) gives no probe; the
     instance is graded without them and the report says why."""
