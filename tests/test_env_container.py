@@ -107,27 +107,30 @@ VISIBLE_INPUT_ONLY = """--- a/src/marshmallow/schema.py
              field_errors = bool(errors)
              # Run schema-level migration
 """
+
+
+def init_patch(code: str) -> str:
+    """A diff that appends `code` to src/marshmallow/__init__.py: it runs when the tests import the package."""
+    added = ["", *code.splitlines()]
+    return ("--- a/src/marshmallow/__init__.py\n+++ b/src/marshmallow/__init__.py\n"
+            f"@@ -34,3 +34,{3 + len(added)} @@\n     'ValidationError',\n     'missing',\n ]\n"
+            + "".join(f"+{line}\n" for line in added))
+
+
 # Rewrites the graded test file when the package is imported (tests/conftest.py imports it before pytest collects
 # the file): the hidden test made to accept the bug's TypeError, and every probe made to record the gold outcome
 # that the hidden test's pytest.raises gives away. Canaries and probes planted in the file are rewritten with it.
-REWRITES_TESTS = """--- a/src/marshmallow/__init__.py
-+++ b/src/marshmallow/__init__.py
-@@ -34,3 +34,14 @@
-     'ValidationError',
-     'missing',
- ]
-+
-+import os as _os
-+
-+_graded = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.dirname(__file__))), 'tests', 'test_marshalling.py')
-+try:
-+    with open(_graded) as _f:
-+        _text = _f.read().replace('pytest.raises(ValidationError)', 'pytest.raises((ValidationError, TypeError))')
-+    with open(_graded, 'w') as _f:
-+        _f.write(_text.replace('type(raised).__name__', "'ValidationError'"))
-+except OSError:  # a read-only grading copy
-+    pass
-"""
+REWRITES_TESTS = init_patch("""import os as _os
+
+_graded = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.dirname(__file__))), 'tests', 'test_marshalling.py')
+try:
+    with open(_graded) as _f:
+        _text = _f.read().replace('pytest.raises(ValidationError)', 'pytest.raises((ValidationError, TypeError))')
+    with open(_graded, 'w') as _f:
+        _f.write(_text.replace('type(raised).__name__', "'ValidationError'"))
+except OSError:  # a read-only grading copy
+    pass
+""")
 
 
 @pytest.fixture(scope="module")
@@ -277,19 +280,11 @@ def test_gold_scores_1_with_canaries_probes_plain_values_and_a_read_only_copy(re
     assert plain_off["resolved"] is True and plain_off["tests_status"] == gold["tests_status"]
 
 
-# At import, the package fails if any of the given host paths is there: what a forger reading grading's files from the
-# host (the composer cache with the probes' expected values, the checkout) would need.
-SEES_HOST_PATHS = """--- a/src/marshmallow/__init__.py
-+++ b/src/marshmallow/__init__.py
-@@ -34,3 +34,7 @@
-     'ValidationError',
-     'missing',
- ]
-+
-+import os as _os
-+if any(_os.path.exists(_p) for _p in {paths!r}):
-+    raise ImportError('a host path is in the grading container')
-"""
+def sees_host_paths(paths: list[str]) -> str:
+    """At import, the package fails if any of `paths` is there: what a forger reading grading's files from the host
+    (the composer cache with the probes' expected values, the checkout) would need."""
+    return init_patch(f"import os as _os\nif any(_os.path.exists(_p) for _p in {paths!r}):\n"
+                      "    raise ImportError('a host path is in the grading container')\n")
 
 
 def test_grading_s_files_on_the_host_are_not_in_a_real_instances_grading_container(record, monkeypatch):
@@ -297,7 +292,7 @@ def test_grading_s_files_on_the_host_are_not_in_a_real_instances_grading_contain
     expected values) and the checkout are not there, so the gold patch with a check for them still resolves; with the
     cache mounted into that container (what this rules out), the same check fails the tests."""
     cache = os.environ["COMPOSER_CACHE"]
-    seeing = record["patch"] + SEES_HOST_PATHS.format(paths=[cache, str(ROOT)])
+    seeing = record["patch"] + sees_host_paths([cache, str(ROOT)])
     graded = container.grade(pred(record, seeing), record, timeout_s=600, flag_tampering=False)
     assert graded["resolved"] is True and graded["probes"]["missed"] == 0
     real = container.Container
