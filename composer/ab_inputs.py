@@ -182,7 +182,7 @@ def prepare(p: dict, run_dir) -> Inputs:
             run_dir, "expert", lambda: pairs.to_dataset(reference_pairs.expert_pairs(
                 origin, student, count=count, max_new_tokens=max_new_tokens), tool_schemas()),
             student=student, source_key=config_hash(expert=count, tokens=max_new_tokens, order="spread over tasks",
-                                                    **{split: arms.records_key(origin)}))
+                                                    solved="anchored", **{split: arms.records_key(origin)}))
     for name, info in inputs.items():
         if info["rows"] == 0:
             raise ValueError(f"the {name} dataset has no pair the student's context can hold "

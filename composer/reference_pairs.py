@@ -83,7 +83,10 @@ def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: 
     """004's positive control: `count` pairs known to be informative (B's count; planted, at least one per test
     task: composer.ab_inputs). Along the scripted expert's shortest demonstration of each task, at every state where
     the student's greedy next action differs from the expert's: chosen = the expert's action, rejected = the
-    student's (its text as generated when it is no well-formed call). Rule "expert", margin 1.0. Spread over the
+    student's (its text as generated when it is no well-formed call); on a task where it differs nowhere, one pair at
+    the expert's edit, rejected = that edit with a slip (as oracle_pairs), so that what the others' pairs teach does
+    not pull it off a task it solves (planted without them, B+ lost 0.20 of pass@1 on the 9 of 40 test tasks the
+    student already solved, and gained 0.17 on the others). Rule "expert", margin 1.0. Spread over the
     tasks: each task's first such state, in task order, then each one's second, ..., so that `count` pairs reach as
     many tasks as they can (in order, 16 pairs planted on the test tasks covered 13 of 40, and B+'s gain stayed on
     those: +0.28 there, 0 on the others, an interval through 0 over all 40); fewer than `count` when the tasks run
@@ -98,6 +101,7 @@ def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: 
 
     def states(instance):  # the task's pairs, one at a time, generated only as they are asked for
         messages, _, _ = policies.demonstrate(env, instance)
+        differs = False
         for at in [i for i, m in enumerate(messages) if m["role"] == "assistant"]:
             prompt = prompt_messages(messages[:at])
             call = messages[at]["tool_calls"][0]["function"]
@@ -108,6 +112,7 @@ def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: 
             chosen_action = canonical_tool_call(*expert)
             rejected_action = canonical_tool_call(*parsed) if parsed else text
             if rejected_action != chosen_action:
+                differs = True
                 yield {"pair_id": pair_id(prompt, chosen_action, rejected_action),
                        "trace_id": f"{instance['instance_id']}#expert", "step": at // 2 - 1,
                        "task_id": instance["instance_id"], "rule": "expert", "control": None, "prompt": prompt,
@@ -115,6 +120,9 @@ def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: 
                        "rejected": render_action(rejected_action, parsed) if parsed else text,
                        "chosen_action": chosen_action, "rejected_action": rejected_action,
                        "student_action": rejected_action, "margin": 1.0}
+        if not differs and (anchor := _slip_pair(env, instance, random.Random(instance["instance_id"]), "expert")):
+            # a task the student already solves as the expert does: kept so, not left to drift
+            yield {**anchor, "student_action": anchor["chosen_action"]}
 
     out, live = [], []
     try:
@@ -144,33 +152,39 @@ def oracle_pairs(instances: list[dict], *, seed: int = 0) -> list[dict]:
     rejected = the same edit with one slip (a wrong fix of the bug, as in the noisy demonstrations). One pair
     per task that has a slip to make; rule "oracle", margin 1.0, no teacher votes."""
     from composer import policies
-    from composer.env.environment import CodingEnv, gold_edits
+    from composer.env.environment import CodingEnv
 
     rng = random.Random(seed)
     env = CodingEnv(instances, policies.ENV_CONFIG)
-    out = []
     try:
-        for instance in instances:
-            path = gold_edits(instance)[0]["path"]
-            env.reset(instance=instance)
-            source = (env.repo / path).read_text()
-            fix = policies.gold_fix(instance, source)
-            buggy = "".join(source.splitlines(keepends=True)[fix["start"] - 1:fix["end"]])
-            wrong = policies._slip(fix["new_text"], buggy, rng)
-            if wrong is None:
-                continue
-            messages, _, _ = policies.demonstrate(env, instance)
-            at = next(i for i, m in enumerate(messages)
-                      if m["role"] == "assistant" and m["tool_calls"][0]["function"]["name"] == "edit")
-            prompt = prompt_messages(messages[:at])
-            calls = [{"path": path, "new_text": text, "start": fix["start"], "end": fix["end"]}  # the expert's order
-                     for text in (fix["new_text"], wrong)]
-            actions = [canonical_tool_call("edit", args) for args in calls]
-            chosen, rejected = (render_action(a, ("edit", args)) for a, args in zip(actions, calls))
-            out.append({"pair_id": pair_id(prompt, *actions), "trace_id": f"{instance['instance_id']}#oracle",
-                        "task_id": instance["instance_id"], "rule": "oracle", "control": None, "prompt": prompt,
-                        "chosen": chosen, "rejected": rejected, "chosen_action": actions[0],
-                        "rejected_action": actions[1], "margin": 1.0})
+        return [pair for instance in instances if (pair := _slip_pair(env, instance, rng, "oracle")) is not None]
     finally:
         env.close()
-    return out
+
+
+def _slip_pair(env, instance: dict, rng: random.Random, rule: str) -> dict | None:
+    """At the state where the scripted expert edits (after run_tests and view): chosen = its gold edit, rejected =
+    the same edit with one slip; None where there is no slip to make."""
+    from composer import policies
+    from composer.env.environment import gold_edits
+
+    path = gold_edits(instance)[0]["path"]
+    env.reset(instance=instance)
+    source = (env.repo / path).read_text()
+    fix = policies.gold_fix(instance, source)
+    buggy = "".join(source.splitlines(keepends=True)[fix["start"] - 1:fix["end"]])
+    wrong = policies._slip(fix["new_text"], buggy, rng)
+    if wrong is None:
+        return None
+    messages, _, _ = policies.demonstrate(env, instance)
+    at = next(i for i, m in enumerate(messages)
+              if m["role"] == "assistant" and m["tool_calls"][0]["function"]["name"] == "edit")
+    prompt = prompt_messages(messages[:at])
+    calls = [{"path": path, "new_text": text, "start": fix["start"], "end": fix["end"]}  # the expert's order
+             for text in (fix["new_text"], wrong)]
+    actions = [canonical_tool_call("edit", args) for args in calls]
+    chosen, rejected = (render_action(a, ("edit", args)) for a, args in zip(actions, calls))
+    return {"pair_id": pair_id(prompt, *actions), "trace_id": f"{instance['instance_id']}#{rule}",
+            "task_id": instance["instance_id"], "rule": rule, "control": None, "prompt": prompt, "chosen": chosen,
+            "rejected": rejected, "chosen_action": actions[0], "rejected_action": actions[1], "margin": 1.0,
+            "step": at // 2 - 1}

@@ -46,6 +46,42 @@ def test_oracle_pairs_prefer_the_gold_edit_over_a_slip_at_the_editing_state():
     assert all({s["chosen"], s["rejected"]} == {r["chosen"], r["rejected"]} for s, r in zip(swapped, rows))
 
 
+def test_a_task_the_student_solves_as_the_expert_gets_one_anchor_pair_with_a_slipped_edit(monkeypatch):
+    """Where the student's greedy action is the expert's at every state (here: a student that replays the expert),
+    the task still gets a pair: at the expert's edit, that edit over the same edit with a slip; it comes first for
+    its task in the spread, as any task's first pair does."""
+    from composer import policies, zoo
+
+    profile = zoo.PROFILES["smoke"]
+    student, instances = zoo.model(profile, "student"), zoo.split_tasks(profile, "train")[:2]
+    expert = {}
+
+    def as_the_expert(model, tokenizer, messages, *, max_new_tokens=160):
+        return expert[len(messages)]
+
+    def demonstrate(env, instance, **kwargs):  # the expert's calls, by where they come in the conversation
+        messages, reward, info = real(env, instance, **kwargs)
+        expert.clear()
+        for at, m in enumerate(messages):
+            if m["role"] == "assistant":
+                call = m["tool_calls"][0]["function"]
+                arguments = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else call["arguments"]
+                expert[at] = f"<tool_call>\n{json.dumps({'name': call['name'], 'arguments': arguments})}\n</tool_call>"
+        return messages, reward, info
+
+    real = policies.demonstrate
+    monkeypatch.setattr(policies, "demonstrate", demonstrate)
+    monkeypatch.setattr(policies, "next_turn", as_the_expert)
+    rows = expert_pairs(instances, student, count=10, max_new_tokens=profile.max_new_tokens)
+    assert [r["task_id"] for r in rows] == [i["instance_id"] for i in instances]  # one each, no more
+    for row in rows:
+        chosen, rejected = policies.parse_tool_call(row["chosen"]), policies.parse_tool_call(row["rejected"])
+        assert chosen[0] == rejected[0] == "edit" and chosen[1]["new_text"] != rejected[1]["new_text"]
+        assert {k: v for k, v in chosen[1].items() if k != "new_text"} == \
+            {k: v for k, v in rejected[1].items() if k != "new_text"}  # the same edit, a slip in its text
+        assert row["student_action"] == row["chosen_action"] and row["rule"] == "expert"
+
+
 def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
     from composer import policies, zoo
     from composer.env.environment import CodingEnv
