@@ -597,9 +597,9 @@ class _Visitor:
         any name the file gives the function (`from os import write as w`, `w = os.write`)."""
         func = node.func
         module, _, function = (self.aliases.get(name, "") if isinstance(func, ast.Name) else "").rpartition(".")
-        if module in DESCRIPTOR_MODULES:
-            name = function
-        os_like = isinstance(func, ast.Name) and (name in ("open", "fdopen", "FileIO") or module) or isinstance(
+        aliased = module in DESCRIPTOR_MODULES
+        name = function if aliased else name
+        os_like = isinstance(func, ast.Name) and (name in ("open", "fdopen", "FileIO") or aliased) or isinstance(
             func, ast.Attribute) and (self._module_of(func.value) in ("os", "posix")
                                       or isinstance(func.value, ast.Name) and func.value.id in ("io", "_io", "socket"))
         fds = [node.args[0]] if name in DESCRIPTOR_CALLS and os_like and node.args else []
