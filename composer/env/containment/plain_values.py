@@ -28,11 +28,10 @@ the run wrote, in its /tmp or anywhere), none of their methods written in the re
 module is one found there as it is before the run began, never one the run added to the repository's folders. What
 this cannot see (a changed comparison method of a class the base has, code that rebinds the tests' names, modules
 first imported inside a test, a function it compiles into a library module's namespace, and before Python 3.8 into
-a test's) the canaries catch
-(composer.env.defences.canaries). Checked on real libraries' own suites (docs/sandbox.md): the wrapping changes no
-outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one of flask's 482 (a class made inside a
-function, posing as werkzeug's) and one of xarray's 218 (it counts stack frames); with the import record, none of
-marshmallow 2.20's 779 in its SWE-bench image.
+a test's) the canaries catch (composer.env.defences.canaries). Checked on real libraries' own suites
+(docs/sandbox.md): the wrapping changes no outcome of requests' 606 tests, marshmallow 3's 1,114 or sphinx's 162, one
+of flask's 482 (a class made inside a function, posing as werkzeug's) and one of xarray's 218 (it counts stack
+frames); with the import record, none of marshmallow 2.20's 779 in its SWE-bench image.
 """
 
 import json
@@ -230,6 +229,8 @@ def _audit(event, args) -> None:
                 code = stack.pop()
                 _TEST_CODES[id(code)] = code
                 stack += [c for c in code.co_consts if type(c) is _CodeType]
+
+
 _DEFINED: dict = {}  # id(class) -> (class, that file, "module:qualname" as it was when its module had run)
 
 
@@ -298,8 +299,8 @@ def _known(cls) -> bool:
     suites define classes of their own, a Schema subclass inside a test function): every callable of its own that
     could rig a comparison is a function made in a test module (its globals that module's namespace: a function's
     __globals__ cannot be reassigned; its code one the module's own code holds: _audit), and each of its bases is
-    the library's or known. Never from the class's
-    __module__ or __qualname__, which any class can set to a test's or the base's names."""
+    the library's or known. Never from the class's __module__ or __qualname__, which any class can set to a test's or
+    the base's names."""
     made = _DEFINED.get(id(cls))
     if made is not None and made[0] is cls and _inside(made[1]) and made[2] in _KNOWN:
         return True
