@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from composer import ab_inputs, arms, policies, vllm_engine
+from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig
 from composer.models import load_model, load_tokenizer, tiny_model
@@ -62,7 +63,7 @@ def test_vllm_gets_the_rendered_conversation_its_stop_token_budget_and_a_seed_pe
     """The glue, turn by turn (that the real engine then generates the transformers loop's tokens is
     tests/test_vllm_cpu.py's)."""
     path = tiny_model("policy-test")
-    records = tasks.generate(3, seed=0, split="test")
+    records, _ = probes.rewarded(3, seed=0, split="test")  # reset refuses a task without held-out probes
     settings = dict(k=1, env_config=EnvConfig(max_steps=2, max_observation_chars=400), max_new_tokens=6,
                     return_rollouts=True)
     through_vllm = policies.evaluate(path, records, engine="vllm", batch_size=2, **settings)
@@ -85,7 +86,7 @@ def test_vllm_gets_the_rendered_conversation_its_stop_token_budget_and_a_seed_pe
 def test_vllm_gets_every_episode_of_the_shard_in_one_batch(fake_vllm):
     """vLLM schedules its own batches, so by default evaluate hands it all the episodes at once (transformers: 16)."""
     path = tiny_model("policy-test")
-    records = tasks.generate(40, seed=0, split="test")
+    records, _ = probes.rewarded(40, seed=0, split="test")
     policies.evaluate(path, records, engine="vllm", shard=(0, 2), env_config=EnvConfig(max_steps=1),
                       max_new_tokens=2)
     (llm,) = fake_vllm.built
