@@ -120,7 +120,8 @@ def expert_pairs(instances: list[dict], student, *, count: int, max_new_tokens: 
                        "rejected": render_action(rejected_action, parsed) if parsed else text,
                        "chosen_action": chosen_action, "rejected_action": rejected_action,
                        "student_action": rejected_action, "margin": 1.0}
-        if not differs and (anchor := _slip_pair(env, instance, random.Random(instance["instance_id"]), "expert")):
+        if not differs and (anchor := _slip_pair(env, instance, random.Random(instance["instance_id"]), "expert",
+                                                 messages)):
             # a task the student already solves as the expert does: kept so, not left to drift
             yield {**anchor, "student_action": anchor["chosen_action"]}
 
@@ -162,9 +163,10 @@ def oracle_pairs(instances: list[dict], *, seed: int = 0) -> list[dict]:
         env.close()
 
 
-def _slip_pair(env, instance: dict, rng: random.Random, rule: str) -> dict | None:
+def _slip_pair(env, instance: dict, rng: random.Random, rule: str, demonstration: list | None = None) -> dict | None:
     """At the state where the scripted expert edits (after run_tests and view): chosen = its gold edit, rejected =
-    the same edit with one slip; None where there is no slip to make."""
+    the same edit with one slip; None where there is no slip to make. `demonstration`: the expert's messages on
+    this task where the caller has them (made here otherwise)."""
     from composer import policies
     from composer.env.environment import gold_edits
 
@@ -176,7 +178,7 @@ def _slip_pair(env, instance: dict, rng: random.Random, rule: str) -> dict | Non
     wrong = policies._slip(fix["new_text"], buggy, rng)
     if wrong is None:
         return None
-    messages, _, _ = policies.demonstrate(env, instance)
+    messages = demonstration or policies.demonstrate(env, instance)[0]
     at = next(i for i, m in enumerate(messages)
               if m["role"] == "assistant" and m["tool_calls"][0]["function"]["name"] == "edit")
     prompt = prompt_messages(messages[:at])
