@@ -147,11 +147,11 @@ def main(argv=None) -> int:
 
         return zoo.main(argv[1:])
     if argv[:1] == ["pilot"]:
-        from composer import pilot
+        from composer.costs import pilot
 
         return pilot.main(argv[1:])
     if argv[:1] == ["plan"]:
-        from composer import plan
+        from composer.costs import plan
 
         return plan.main(argv[1:])
     if argv[:1] == ["verdicts"]:

@@ -3,7 +3,7 @@
     from trl import GRPOTrainer
     from composer.episodes import with_concurrent_tools
     trainer = with_concurrent_tools(GRPOTrainer)(model, reward_funcs=..., args=..., environment_factory=...)
-    # composer.collect.build_trainer does this by default (concurrent_tools=True): 002a's collection, 004's arms
+    # composer.collection.collect.build_trainer does this by default (concurrent_tools=True): 002a's collection, 004's arms
     python -m composer bench episodes      # one step's tools and gradings, serial against concurrent
 
 TRL 1.16's tool loop (GRPOTrainer._tool_call_loop) runs a turn's tool calls one episode after another, so a step's

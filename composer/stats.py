@@ -243,10 +243,10 @@ def clustered_wilson_interval(successes, samples, *, confidence=0.95):
     to an effective count n / deff, on which Wilson's interval is taken (Kish's effective sample size).
 
     The quantile is Student's t with (tasks - 1) degrees of freedom, as the design effect is itself estimated from
-    the tasks. Simulated (tests/test_pilot.py: Beta and two-point models of the tasks' rates, 20-100 tasks x 2-8
+    the tasks. Simulated (tests/test_costs_pilot.py: Beta and two-point models of the tasks' rates, 20-100 tasks x 2-8
     runs): 0.935-0.958 coverage at a nominal 0.95, where the plain Wilson interval over runs covered 0.67-0.90. It
     under-covers (about 0.91) when nearly all successes come from two or three tasks (a Beta of concentration 1 at a
-    3.6 % mean over 60 tasks): no interval over so few informative tasks is reliable; composer.pilot says how many
+    3.6 % mean over 60 tasks): no interval over so few informative tasks is reliable; composer.costs.pilot says how many
     tasks were solved at least once.
 
     Returns:
@@ -333,7 +333,7 @@ def crossed_standard_error(components, seeds=None, tasks=None):
     simulated experiments with no effect, 2.5 % nominal), and pooling a small seed mean square into the residual
     did the same where seeds do differ. Two positive terms keep the df honest: with few seeds they stay close to
     seeds - 1 unless the task term dominates, and the t quantile, not the normal one, keeps the coverage.
-    Checked by simulation in tests/test_ab.py under two generative models. `seeds`, `tasks`: another design to
+    Checked by simulation in tests/test_ab_analysis.py under two generative models. `seeds`, `tasks`: another design to
     project onto (default: the components' own, whose observed mean squares are used as they are), e.g. for a
     power calculation: there each mean square is its expectation under the (non-negative) components.
 
@@ -375,7 +375,8 @@ def crossed_detectable_effect_at(components_at, seeds=None, tasks=None, *, alpha
     the variance taken AT that mean: components_at(effect) gives the crossed components (crossed_components' keys)
     of a design whose true mean is `effect`. crossed_detectable_effect takes them as they are, which for a pass@1
     difference is the variance with no effect; at the effect it is larger (a rate moving toward 1/2 varies more),
-    and the 80 % power it promised held in 68 % of simulated experiments at a pass@1 of ~0.12 (tests/test_ab.py).
+    and the 80 % power it promised held in 68 % of simulated experiments at a pass@1 of ~0.12
+    (tests/test_ab_analysis.py).
 
     The power at an effect d is P(t > t critical) for t noncentral with df and noncentrality d / se (the far tail
     ignored, as in t_detectable_effect), se and df crossed_standard_error's at components_at(d) in a seeds x tasks

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run a command beside a server that lives exactly as long as the command: 004's launcher in a served layout
-# (composer.power prices them; the live profile's cheapest is colocated, so it does not use this), where each job (on
+# (composer.costs.power prices them; the live profile's cheapest is colocated, so it does not use this), where each job (on
 # a SLURM node of its own, or one after another on one machine) starts its own vLLM server on GPUs of its own,
 # trains or evaluates on the others, and stops the server when it ends.
 #   scripts/with-server.sh SERVER_COMMAND HEALTH_URL COMMAND [ARGS...]

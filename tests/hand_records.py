@@ -1,6 +1,7 @@
 """Hand-built records that several test modules share: a teacher-replay `step` and its `query` answers, the
-`three_traces` (three traces with known rules) and a counting teacher server (tests/test_pairs.py,
-test_pair_stats.py, test_policy_teachers.py), and a collected `record` (test_collect.py, test_trace_checks.py).
+`three_traces` (three traces with known rules) and a counting teacher server (tests/test_disagreement_pairs.py,
+test_disagreement_pair_stats.py, test_disagreement_policy_teachers.py), and a collected `record`
+(test_collection_collect.py, test_collection_trace_checks.py).
 """
 
 import contextlib

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from composer import phases
+from composer.costs import phases
 from composer.paths import ROOT
 
 
@@ -39,7 +39,7 @@ def test_the_measure_plans_one_seed_of_a_and_b_trained_alone_and_reports_their_r
                 for step in (1, 2)))
         return {(arm, 0): {"train": figures[arm], "keys": (f"train-{arm}",)} for arm in plan.arms}
 
-    monkeypatch.setattr(ab.ablib, "run", jobs)
+    monkeypatch.setattr(ab.training, "run", jobs)
     assert ab.main(["--profile", "default"]) == 0
     out = capsys.readouterr()
     result = json.loads(out.out.strip().splitlines()[-1])
@@ -59,7 +59,7 @@ def test_the_measure_plans_one_seed_of_a_and_b_trained_alone_and_reports_their_r
 def test_the_work_floor_prices_pair_tokens_at_the_references_cost_per_trained_token(tmp_path):
     from datasets import Dataset
 
-    from composer import pairs
+    from composer.disagreement import pairs
     from composer.bench import ab
     from composer.models import build_tokenizer, tiny_model
     from composer.trainer import encode_pairs

@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from datasets import Dataset
 
-from composer import collect, episodes
+from composer import episodes
+from composer.collection import collect
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig, env_reward, gold_edits
 

@@ -25,7 +25,12 @@ FLOORS = [
     ("composer.env.defences",),  # deciding what a run proves
     ("composer.env.real",),  # real SWE-bench instances
     ("composer.env",),  # the environment: CodingEnv, its tools, server, taskset
-    ("composer",),  # the library and the spikes
+    ("composer",),  # the shared library
+    ("composer.costs",),  # what a live run costs and detects (the plan, the pilot)
+    ("composer.collection",),  # 002: traces from two substrates
+    ("composer.disagreement",),  # 003: pairs from teacher disagreement
+    ("composer.ab.preparation",),  # 004's inputs, below the plan and jobs made from them
+    ("composer.ab",),  # 004: the A/B
     ("composer.bench",),
     ("composer.cli", "composer.__main__"),
 ]
@@ -133,7 +138,7 @@ def test_the_environment_keeps_few_modules_at_its_top():
 def test_the_checks_see_function_level_imports_circles_and_upward_imports():
     # What the checks exist to catch: an import inside a function (plan's of swebench), a circle, an upward import.
     modules = _modules()
-    assert "composer.env.real.swebench" in _imports("composer.plan", modules["composer.plan"], modules)
+    assert "composer.env.real.swebench" in _imports("composer.costs.plan", modules["composer.costs.plan"], modules)
     graph = {"composer.a": {"composer.b"}, "composer.b": {"composer.c"}, "composer.c": {"composer.a"},
              "composer.d": {"composer.a"}}
     assert circles(graph) == [["composer.a", "composer.b", "composer.c"]]

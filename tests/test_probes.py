@@ -181,7 +181,8 @@ def test_tasks_whose_reward_counts_all_have_probes_and_a_seen_only_forger_scores
     """A task without held-out probes is forged by an outcome rewrite that passes only the tests the policy saw (the
     gap this rule closes: shown on a dropped candidate); probes.rewarded leaves such tasks out and names them, the
     zoo's splits and the embedded pool of the pilot are made by it, and the same forger scores 0 on its tasks."""
-    from composer import pilot, zoo
+    from composer import zoo
+    from composer.costs import pilot
 
     plain = tasks.generate(8, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))
     kept, dropped = probes.rewarded(8, seed=0, split="train", difficulty=tasks.Difficulty(n_functions=1))

@@ -1,4 +1,5 @@
-"""composer.env.taskset: the embedded environment as a verifiers v1 taskset (no rollouts here; see test_prime.py).
+"""composer.env.taskset: the embedded environment as a verifiers v1 taskset (no rollouts here; see
+test_collection_prime.py).
 
     .venv/bin/pytest tests/test_taskset.py
 """

@@ -78,7 +78,8 @@ def test_a_grpo_step_generates_through_the_colocated_engine_and_pushes_its_weigh
     import torch
     from vllm import SamplingParams
 
-    from composer import collect, pairs, reference_pairs
+    from composer.collection import collect
+    from composer.disagreement import pairs, reference_pairs
 
     path, profile = student
     train = zoo.split_tasks(profile, "train")

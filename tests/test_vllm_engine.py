@@ -16,7 +16,8 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
-from composer import ab_inputs, arms, policies, vllm_engine
+from composer import policies, vllm_engine
+from composer.ab import preparation, training
 from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig
@@ -125,11 +126,11 @@ def test_grpo_through_vllm_switches_004s_screening_and_evaluations_to_it(tmp_pat
     settings = {**run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")[0],
                 "arms": {"A": {}}, "screen_tasks": 2, "generations": 2, "steps": 1, "prompts_per_step": 1}
     vllm = {**settings, "trainer_config": {"use_vllm": True}}
-    plan = arms.plan_from_parameters(vllm, ab_inputs.prepare(vllm, tmp_path))
+    plan = training.plan_from_parameters(vllm, preparation.prepare(vllm, tmp_path))
     assert plan.evaluation["engine"] == "vllm" and engines == ["vllm"]
-    plain = arms.plan_from_parameters(settings, ab_inputs.prepare(settings, tmp_path))
+    plain = training.plan_from_parameters(settings, preparation.prepare(settings, tmp_path))
     assert "engine" not in plain.evaluation and engines == ["vllm", "transformers"]
-    eval_keys = [{j["key"] for j in arms.jobs(p) if j["kind"] == "eval"} for p in (plan, plain)]
+    eval_keys = [{j["key"] for j in training.jobs(p) if j["kind"] == "eval"} for p in (plan, plain)]
     assert not eval_keys[0] & eval_keys[1]
     with pytest.raises(ValueError, match="evaluation: engine must be one of"):
-        arms.Plan(**{**plain.__dict__, "evaluation": {"engine": "sglang"}})
+        training.Plan(**{**plain.__dict__, "evaluation": {"engine": "sglang"}})

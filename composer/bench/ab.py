@@ -7,12 +7,12 @@
     result = measure("report")                        # the dict printed as the last stdout line
 
 The spike's reference and treatment arms (A and B; the control costs what B does, with as many pairs) train seed 0
-from the same checkpoint on the same tasks with the same GRPO budget, exactly as the notebook's jobs do (composer.arms, the same plan), one after another in a
-fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
+from the same checkpoint on the same tasks with the same GRPO budget, exactly as the notebook's jobs do (composer.ab.training, the same plan), one after
+another in a fresh spawned process (nothing else running in it), into a fresh folder: nothing is reused from a cache. Wall time is
 the trainer's train() (generation, environment, grading, loss and optimizer steps); peak memory is the process's peak
 RSS (VmHWM), interpreter and imports included, so the arms differ by what their training adds; `phases_s` splits
-each arm's steps into generating, tools, resets and training (composer.phases, summed over the steps). Evaluation is
-excluded: it is the same job for every arm. Targets: B's time <= 1.5 x A's (`b_over_a_time`), its peak memory
+each arm's steps into generating, tools, resets and training (composer.costs.phases, summed over the steps).
+Evaluation is excluded: it is the same job for every arm. Targets: B's time <= 1.5 x A's (`b_over_a_time`), its peak memory
 <= 1.3 x A's (`b_over_a_mem`). Beside the time ratio, its work floor (`work_floor_time`): what B would take over A
 if its pairs cost only their tokens at A's training cost per trained token (see `work_floor_time`); the ratio above
 its floor is how B feeds its pairs, the floor itself what they are.
@@ -25,8 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from composer import ab_inputs, phases, run
-from composer import arms as ablib
+from composer import run
+from composer.ab import preparation
+from composer.costs import phases
+from composer.ab import training
 from composer.bench import machine
 from composer.trainer import ComposerConfig, encode_pairs
 
@@ -41,10 +43,10 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
     with tempfile.TemporaryDirectory(prefix="composer-bench-ab-") as tmp:
         arms = {name: params["arms"][name] for name in (reference, treatment)}
         two_arms = {**params, "seeds": 1, "arms": arms}
-        inputs = ab_inputs.prepare(two_arms, tmp)
-        plan = ablib.plan_from_parameters(two_arms, inputs)
+        inputs = preparation.prepare(two_arms, tmp)
+        plan = training.plan_from_parameters(two_arms, inputs)
         start = time.perf_counter()
-        done = ablib.run(plan, tmp, workers=1, train_only=True, progress=True)
+        done = training.run(plan, tmp, workers=1, train_only=True, progress=True)
         total = time.perf_counter() - start
         steps = {arm: phases.read(Path(tmp) / "jobs" / done[arm, 0]["keys"][0]) for arm in plan.arms}
         per_arm = {arm: {"wall_s": done[arm, 0]["train"]["wall_s"],
@@ -74,7 +76,7 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
 def tokens_per_pair(pairs_path, student) -> float:
     """The mean tokens a pair puts through the model once: its prompt (shared by its two completions), its chosen
     and its rejected, as the trainer encodes them (trainer.encode_pairs)."""
-    from composer import pairs
+    from composer.disagreement import pairs
     from composer.models import load_tokenizer
 
     encoded = encode_pairs(load_tokenizer(student), pairs.load(pairs_path))
@@ -92,7 +94,7 @@ def work_floor_time(reference_wall_s: float, reference_steps: list[dict], pair_t
 
 
 def phase_totals(records: list[dict]) -> dict:
-    """Seconds of a training job's steps (phases.read) in each phase (composer.phases.PHASES), summed."""
+    """Seconds of a training job's steps (phases.read) in each phase (composer.costs.phases.PHASES), summed."""
     return {name: round(sum(r[name] for r in records), 2) for name in phases.PHASES}
 
 

@@ -45,7 +45,7 @@ from composer.bench import machine
 
 
 def _plans(records: list[dict]) -> dict:
-    from composer.collect import tool_call_text as call
+    from composer.collection.collect import tool_call_text as call
     from composer.env.environment import gold_edits
 
     plans = {}
@@ -70,7 +70,7 @@ def _waiting_env(wait_s: float):
 
 
 def _batch(student, records, *, generations: int, concurrent: bool, workers: int, wait_s: float | None) -> dict:
-    from composer import collect
+    from composer.collection import collect
     from composer.env.containment import sandbox
     from composer.env.environment import env_reward
     from composer.policies import ENV_CONFIG

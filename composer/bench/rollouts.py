@@ -11,7 +11,7 @@ TRL (spike 002a): real GRPOTrainer optimizer steps on the embedded environment t
 same run is timed with the recorder attached and without it, alternately, `repeats` times each; both arms use the
 same seed, so they do the same work.
 
-  --policy scripted  (default) the sampler is scripted (composer.collect.scripted_sampler: run_tests, the gold
+  --policy scripted  (default) the sampler is scripted (composer.collection.collect.scripted_sampler: run_tests, the gold
                      edits, submit): multi-step episodes with real tool calls, identical in both arms, so the ratio
                      is the recorder's cost and nothing else. The model still computes GRPO's loss and steps.
   --policy model     the student samples (default: the smoke zoo's student; --student PATH for another).
@@ -22,7 +22,7 @@ Keys of the JSON line:
   recorder_s_per_rollout    time inside the trainer-side hook per rollout (its own measurement)
   recorder_share_of_wall    that time / the run's wall-clock: the part of the overhead measured directly, free of
                             the run-to-run noise of a shared machine (the environment-side log is not in it)
-  trl_phases_s_per_step     seconds of an optimizer step by phase (composer.phases: step_s, generate_s, tools_s,
+  trl_phases_s_per_step     seconds of an optimizer step by phase (composer.costs.phases: step_s, generate_s, tools_s,
                             reset_s, train_s, grade_s), each the mean over a run's steps, the median over the runs
                             with the recorder
   verifiers_rollouts_per_s  rollouts per second through verifiers (002b): the same number of scripted rollouts
@@ -53,7 +53,8 @@ TARGET_OVERHEAD = 1.05
 
 def _trl_run(model_path, instances, *, record: bool, policy: str, steps: int, prompts: int, generations: int,
              seed: int) -> dict:
-    from composer import collect, phases
+    from composer.collection import collect
+    from composer.costs import phases
     from composer.policies import ENV_CONFIG
 
     sampler = None
@@ -108,8 +109,8 @@ def measure_trl(*, policy: str = "scripted", student=None, prompts: int = 2, gen
 
 def measure_verifiers(*, rollouts: int = 8, concurrency: int = 4) -> dict:
     """verifiers (spike 002b's substrate): rollouts/s of the same scripted work through verifiers' harness, MCP tool
-    server and eval client against the local server (composer.prime.verifiers_rollouts_per_s)."""
-    from composer import prime
+    server and eval client against the local server (composer.collection.prime.verifiers_rollouts_per_s)."""
+    from composer.collection import prime
 
     return {"verifiers_rollouts_per_s": prime.verifiers_rollouts_per_s(rollouts, concurrency=concurrency)}
 

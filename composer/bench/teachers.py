@@ -33,7 +33,7 @@ TRACES = ROOT / "runs/002a-trace-collection-trl/traces.jsonl"
 
 
 async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int, plain: bool) -> tuple[float, list]:
-    from composer import policy_teachers
+    from composer.disagreement import policy_teachers
     from composer.env.environment import tool_schemas
     from composer.serve import serve
 
@@ -54,7 +54,8 @@ async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int,
 def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: int = 256, seed: int = 0) -> dict:
     import torch
 
-    from composer import reference_pairs, zoo
+    from composer import zoo
+    from composer.disagreement import reference_pairs
     from composer.traces import group_traces, load_traces
 
     start = machine()

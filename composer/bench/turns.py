@@ -31,7 +31,7 @@ from composer.bench import machine
 
 
 def _step(student, records, env, *, generations: int, cached: bool) -> dict:
-    from composer import collect
+    from composer.collection import collect
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = collect.build_trainer(

@@ -5,14 +5,14 @@
 
     config = cts.taskset_config(probes.rewarded(4, seed=0, split="test")[0])   # or CodingTasksetConfig(...)
     env = cts.load_env(config, runtime="subprocess")                        # a verifiers SingleAgentEnv
-    # rollouts and their v1 traces.jsonl: composer.prime.collect(...)
+    # rollouts and their v1 traces.jsonl: composer.collection.prime.collect(...)
 
 verifiers 0.4.0 (pinned; v1 API only) splits an environment into a Taskset (data in, tasks out),
 a Task (setup, tools, stop conditions, rewards), tool servers (`Toolset`: MCP servers launched per
 rollout) and a Harness (the agent program that talks to the model). Here:
 
 - `CodingTaskset` yields one `CodingTask` per SWE-bench-shaped record (`records`, or `records_file`
-  as `python -m composer.prime tasks` writes it; real instances run in containers: composer.env.real.container). The
+  as `python -m composer.collection.prime tasks` writes it; real instances run in containers: composer.env.real.container). The
   prompt is what `CodingEnv.reset` shows, the system prompt composer.policies.SYSTEM: the student
   reads exactly what it was trained on.
 - `CodingToolset` is an MCP server (a subprocess: `python -m composer.env.taskset`) holding one
@@ -27,7 +27,7 @@ rollout) and a Harness (the agent program that talks to the model). Here:
   done, truncated, reward, a per-step log), which verifiers syncs back to the host.
 - `CodingTask` stops the rollout when the episode is over (`@vf.stop`: submitted or step limit),
   records the environment's per-step log and outcome on `trace.info["coding_env"]` (the converter
-  in composer.prime reads it) and rewards `env_reward` = the episode reward (1.0 when submitted
+  in composer.collection.prime reads it) and rewards `env_reward` = the episode reward (1.0 when submitted
   and every FAIL_TO_PASS / PASS_TO_PASS test passes).
 - `CodingHarness` is verifiers' own `null` harness (its tool-calling chat loop, MCP client
   included) with one change: the program runs on this interpreter instead of a `uv`-provisioned
@@ -37,12 +37,12 @@ rollout) and a Harness (the agent program that talks to the model). Here:
 verifiers resolves plugins by id through `importlib.import_module(id.replace("-", "_"))`, which
 cannot name a submodule; importing this module registers it as the top-level module
 `composer_coding`, so the id "composer-coding" resolves once composer.env.taskset is imported
-(composer.prime does it; a PRIME-RL worker needs the same import, see
+(composer.collection.prime does it; a PRIME-RL worker needs the same import, see
 params/live/002b-prime-rl-orchestrator.toml).
 
 Failures: an exception inside the environment ends the rollout as errored (`CodingTask.finalize`
 raises verifiers' TaskError with the reason); a tool call that hangs is cut by the agent's rollout
-timeout (verifiers records that as a stop with is_timeout, not as an error: composer.prime counts
+timeout (verifiers records that as a stop with is_timeout, not as an error: composer.collection.prime counts
 it errored). Both are injectable for tests (`CodingToolsetConfig.crash_at` / `hang_at`). Only one
 rollout's episode is affected; a crash of the shared server process itself would error every
 rollout still running, the price of sharing it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node SLURM cluster on this machine, for the tests of 004's slurm executor (tests/test_slurm.py):
+# A one-node SLURM cluster on this machine, for the tests of 004's slurm executor (tests/test_ab_cluster.py):
 # munged, MariaDB and slurmdbd (sacct reads accounting from it; submitit asks sacct for job states), slurmctld and
 # slurmd, all under $COMPOSER_SLURM_DIR (default /tmp/composer-slurm), with the configuration beside this script.
 # As root, with Debian's packages:   apt-get install slurm-wlm slurmdbd munge mariadb-server

@@ -119,8 +119,8 @@ def index(name: str) -> list[dict]:
 
 # SWE-bench's full test split (princeton-nlp/SWE-bench, 2,294 instances) by repository; no index of it is shipped.
 # From the dataset's repo column, as published in "SWE-Bench test split repo distribution"
-# (gist.github.com/xennygrimmato/cab91d0c0612c529ba11087df77c6310); tests/test_power.py checks its sum and that the
-# shipped Verified index's repositories are these twelve.
+# (gist.github.com/xennygrimmato/cab91d0c0612c529ba11087df77c6310); tests/test_costs_power.py checks its sum and that
+# the shipped Verified index's repositories are these twelve.
 TEST_SPLIT_REPOSITORIES = {
     "astropy/astropy": 95, "django/django": 850, "matplotlib/matplotlib": 184, "mwaskom/seaborn": 22,
     "pallets/flask": 11, "psf/requests": 44, "pydata/xarray": 110, "pylint-dev/pylint": 57, "pytest-dev/pytest": 119,
