@@ -32,14 +32,14 @@ SLOWEST_FIRST = ["test_notebooks.py",  # 435
                  "test_bench_gpu.py",  # 89
                  "test_replay.py",  # 80
                  "test_lab.py",  # 48 (skips without JupyterLab, Playwright or Chromium)
-                 "test_tampering.py",  # 46
+                 "test_env_tampering.py",  # 46
                  "test_bench_turns.py",  # 39
                  "test_install.py",  # 34
                  "test_tether.py",  # 32
                  "test_bench_trainer.py"]  # 25
 # The same for the slow tier (make test-slow: -m slow), whose files hold only a test or two each.
 SLOW_TIER_SLOWEST_FIRST = ["test_env_swebench.py", "test_ab_dosing.py", "test_bench_ab.py", "test_ab_cluster.py",
-                           "test_ab_training.py", "test_tampering.py"]
+                           "test_ab_training.py", "test_env_tampering.py"]
 
 
 # One seed per run for the suite's random draws (which report-zoo tasks' gold patches the fast tier grades, ...):

@@ -17,7 +17,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from composer.bench import trainer as bench
+from composer.bench import trainer
 from composer.models import load_model, load_tokenizer
 from composer.paths import ROOT
 from composer.trainer import add_reference_logps
@@ -29,14 +29,14 @@ ARM_KEYS = {"step_s_median", "step_s_p10", "step_s_p90", "peak_mem_bytes", "ops"
 
 @pytest.fixture(scope="module")
 def result():
-    return bench.measure(size="tiny", repeats=2, memory=False)
+    return trainer.measure(size="tiny", repeats=2, memory=False)
 
 
 @pytest.fixture(scope="module")
 def small():
     """The benchmark's default size: two prompts a batch, so GRPO's rows are padded and the pairs ride in its
     forward (composer.trainer.ComposerTrainer._ride)."""
-    return bench.measure(size="small", repeats=1, memory=False)
+    return trainer.measure(size="small", repeats=1, memory=False)
 
 
 def _positive_finite(x):
@@ -47,7 +47,7 @@ def test_result_has_the_promised_keys(result):
     for key in ("ratio_00_time", "ratio_all_time", "ratio_all_mem", "arms", "device", "size", "repeats", "mode",
                 "memory_method", "targets", "meets_targets", "scope"):
         assert key in result, key
-    assert set(result["arms"]) == set(bench.ARMS)
+    assert set(result["arms"]) == set(trainer.ARMS)
     for arm, figures in result["arms"].items():
         assert ARM_KEYS <= set(figures), arm
         assert figures["step_s_p10"] <= figures["step_s_median"] <= figures["step_s_p90"], arm
@@ -104,7 +104,7 @@ def test_operator_counts_and_their_ratios(result):
 def test_both_channels_dispatch_at_most_the_target_times_grpos_operators(small):
     """A count, not a time: at the default size both channels' step stays within 1.6x GRPO's operators (2.9x before
     the pairs shared GRPO's forward and their own prompt)."""
-    assert small["ratio_all_ops"] <= bench.TARGETS["ratio_all_ops"], small["ratios"]
+    assert small["ratio_all_ops"] <= trainer.TARGETS["ratio_all_ops"], small["ratios"]
 
 
 def test_work_floor_prices_each_token_at_grpos_cost(result):
@@ -137,20 +137,20 @@ def test_cli_prints_json_last():
 
 def test_an_unknown_size_names_the_sizes():
     with pytest.raises(ValueError, match="size must be one of .*'1.7b', 'live-tiny'.*, got 'huge'"):
-        bench.measure(size="huge")
+        trainer.measure(size="huge")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or torch.cuda.is_available(),
                     reason="the CPU memory method reads Linux RSS; on CUDA the memory process measures GPU bytes")
 def test_cpu_memory_process(tmp_path):
     """One fresh memory process (the `all` arm, tiny size): a positive peak, at least what stays resident."""
-    model_path = bench._model_path("tiny")
+    model_path = trainer._model_path("tiny")
     tokenizer = load_tokenizer(model_path)
-    pairs = add_reference_logps(Dataset.from_dict(bench.PAIRS), load_model(model_path), tokenizer)
-    trainer, _ = bench._build("all", "tiny", model_path, tokenizer, bench._train_dataset("tiny"), pairs,
+    pairs = add_reference_logps(Dataset.from_dict(trainer.PAIRS), load_model(model_path), tokenizer)
+    built, _ = trainer._build("all", "tiny", model_path, tokenizer, trainer._train_dataset("tiny"), pairs,
                               str(tmp_path / "out"))
     data = tmp_path / "batch.pt"
-    bench.save_memory_data(data, model_path, bench._generation_batch(trainer, "tiny"), pairs)
-    out = bench._memory("all", "tiny", str(data))
+    trainer.save_memory_data(data, model_path, trainer._generation_batch(built, "tiny"), pairs)
+    out = trainer._memory("all", "tiny", str(data))
     assert out["arm"] == "all" and out["hwm_reset"] is True
     assert 0 < out["retained_mem_bytes"] <= out["peak_mem_bytes"] < 2**30

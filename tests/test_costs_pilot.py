@@ -709,7 +709,8 @@ def test_the_runbooks_dry_run_block_is_what_the_command_prints(capsys):
 def test_003_live_runs_from_the_pilots_traces_through_the_simulated_teachers(scripted, records, tmp_path):
     """The 003 notebook's live path on the pilot's traces, with 001's three teachers pointed at the simulated
     providers (composer serve): no GPU, no key. The stand-ins echo, so no pairs; the report says offline."""
-    from composer import report, run as runner, teachers
+    import composer.run
+    from composer import report, teachers
 
     spec = pilot.student_spec(MODEL, base_url=scripted.base_url)
     run(spec, records[:1], tmp_path / "pilot", samples=1)
@@ -717,7 +718,7 @@ def test_003_live_runs_from_the_pilots_traces_through_the_simulated_teachers(scr
     with teachers.offline_teachers(specs, time_scale=0.01) as local:
         live = [s.model_dump(include={"name", "model", "base_url", "provider", "max_tokens", "timeout_s"})
                 for s in local]
-        code = runner.run("003", reports_dir=tmp_path / "reports", overrides={
+        code = composer.run.run("003", reports_dir=tmp_path / "reports", overrides={
             "backend": "live", "traces_source": str(tmp_path / "pilot" / pilot.TRACES_FILE), "live_teachers": live,
             "steps_per_trace": 2, "reference_logps": False, "budget_usd": 1.0, "out_dir": str(tmp_path / "003")})
     assert code == 0

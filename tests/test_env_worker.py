@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from composer.env.containment import patches, sandbox
-from composer.env.containment import worker as warm
-from composer.env.containment.worker import PytestWorker
+from composer.env.containment.worker import ZYGOTE, PytestWorker, _Server
 
 MODE = sandbox.isolation()["mode"]
 NAMESPACED = MODE in ("root-ns", "user-ns")
@@ -264,7 +263,7 @@ def test_the_server_refuses_to_run_unless_it_is_pid_1_of_its_namespace():
     the mode its session launched in disagreed.) Its stdin is closed: without the guard it would run nothing."""
     read, write = os.pipe()
     try:
-        proc = subprocess.run([sys.executable, "-c", warm.ZYGOTE, str(write)], pass_fds=(write,),
+        proc = subprocess.run([sys.executable, "-c", ZYGOTE, str(write)], pass_fds=(write,),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     finally:
         os.close(write)
@@ -284,7 +283,7 @@ def test_worker_falls_back_to_cold_runs_in_plain_mode(repo, monkeypatch):
 
 @needs_ns
 def test_worker_falls_back_to_cold_runs_when_it_cannot_start(repo, monkeypatch):
-    monkeypatch.setattr(warm, "ZYGOTE", "import sys; print('no pytest here'); sys.exit(3)")
+    monkeypatch.setattr("composer.env.containment.worker.ZYGOTE", "import sys; print('no pytest here'); sys.exit(3)")
     write(repo, "test_p.py", "def test_p():\n    pass\n")
     with PytestWorker(repo) as w:
         for _ in range(2):
@@ -359,7 +358,7 @@ def test_worker_restarts_after_its_server_dies_or_a_run_is_interrupted(repo, wor
     assert not run.timed_out and "worker died" in run.output and run.error
     assert worker.run(ok).outcomes == {ok[0]: True} and worker.starts == 3
 
-    real = warm._Server.reply
+    real = _Server.reply
     calls = []
 
     def interrupted(self, out, deadline):  # the host is interrupted while a run is under way
@@ -368,7 +367,7 @@ def test_worker_restarts_after_its_server_dies_or_a_run_is_interrupted(repo, wor
             raise KeyboardInterrupt
         return real(self, out, deadline)
 
-    monkeypatch.setattr(warm._Server, "reply", interrupted)
+    monkeypatch.setattr(_Server, "reply", interrupted)
     with pytest.raises(KeyboardInterrupt):
         worker.run(["test_d.py::test_slow"])
     assert worker.pid is None  # its late reply can not be taken for the next run's
@@ -381,7 +380,7 @@ def test_worker_goes_cold_when_it_preloaded_a_module_from_the_repo(repo, worker,
     write(repo, "src/mylib.py", "X = 1\n")
     write(repo, "code/notes.txt", "a folder without __init__.py shadows nothing\n")
     write(repo, "test_m.py", "def test_m():\n    pass\n")
-    monkeypatch.setattr(warm, "ZYGOTE", warm.ZYGOTE.replace(
+    monkeypatch.setattr("composer.env.containment.worker.ZYGOTE", ZYGOTE.replace(
         "gc.freeze()", "sys.path.append(os.path.join(os.getcwd(), 'src')); import mylib\ngc.freeze()", 1))
     assert worker.run(["test_m.py::test_m"]).outcomes == {"test_m.py::test_m": True}
     assert worker.fallback.endswith("preloaded modules that the repo has: mylib") and worker.pid is None

@@ -155,3 +155,30 @@ def test_every_module_is_named_in_docs_layout():
     modules = [p for p in PACKAGE.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     missing = sorted(str(p.relative_to(PACKAGE)) for p in modules if p.name not in page)
     assert modules and not missing, f"docs/layout.md names no {missing}: add a line saying what each holds"
+
+
+def aliased(source: str) -> list[str]:
+    """The imports of composer's own modules or names under another name (`import x as y`), each `line: x as y`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            base = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+            found += [f"{node.lineno}: {alias.name} as {alias.asname}" for alias in node.names
+                      if alias.asname and (base or alias.name).split(".")[0] == "composer"]
+    return found
+
+
+def test_no_module_of_composer_is_imported_under_another_name():
+    """A module's name is the one a reader searches for: one that needs an alias where it is imported collides with
+    a parameter or variable, and the name to change is one of the two (the package, its tests and the notebooks)."""
+    import nbformat
+
+    sources = {str(p.relative_to(ROOT)): p.read_text() for folder in ("composer", "tests")
+               for p in (ROOT / folder).rglob("*.py") if "fixtures" not in p.parts}
+    for path in (ROOT / "notebooks").glob("*.ipynb"):
+        cells = nbformat.read(path, as_version=4).cells
+        sources[str(path.relative_to(ROOT))] = "\n".join(c.source for c in cells if c.cell_type == "code")
+    found = [f"{path}:{line}" for path, source in sorted(sources.items()) for line in aliased(source)]
+    assert not found, "imports of composer under another name:\n" + "\n".join(found)
+    assert aliased("from composer import arms as ablib\nimport numpy as np\nfrom composer.x import y as z") == [
+        "1: arms as ablib", "3: y as z"]

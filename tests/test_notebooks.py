@@ -72,7 +72,7 @@ def test_hygiene(path):
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=ids)
 def test_no_notebook_rewards_embedded_tasks_without_probes(path):
     """A task set whose reward trains or evaluates comes from probes.rewarded (every task with held-out probes): on a
-    task without them, a forger that reports its seen tests as passed gets reward 1.0 (tests/test_probes.py).
+    task without them, a forger that reports its seen tests as passed gets reward 1.0 (tests/test_env_probes.py).
     tasks.generate alone makes such tasks (CodingEnv.reset refuses them, unless a run opts in), so no spike calls
     it."""
     code = "\n".join(c.source for c in nbformat.reads(_stored(path), as_version=4).cells if c.cell_type == "code")

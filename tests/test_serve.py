@@ -21,7 +21,6 @@ import torch
 from composer.models import load_model
 from composer.providers import PROFILES_FILE, Profile, load_profiles
 from composer.serve import BYTE_LEVEL, Server, parse_tool_calls, serve
-from composer.serve import main as serve_main
 
 KEY = "sk-local-unused"
 HELLO = [{"role": "user", "content": "Fix the failing test in tests/test_queue.py."}]
@@ -501,8 +500,10 @@ def test_bad_profiles_are_refused(tiny, tmp_path):
 
 
 def test_cli_rejects_a_malformed_model_argument(capsys):
+    from composer.serve import main
+
     with pytest.raises(SystemExit) as e:
-        serve_main(["--model", "no-path-here"])
+        main(["--model", "no-path-here"])
     assert e.value.code == 2 and "NAME=PATH" in capsys.readouterr().err
 
 

@@ -67,7 +67,7 @@ from composer.ab import preparation
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
 from composer.policies import ENGINES
-from composer.progress import bar as progress_bar
+from composer.progress import bar
 from composer.trainer import ComposerConfig, check_channels
 
 BASELINE = "baseline"
@@ -415,7 +415,7 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
     todo = [j for j in jobs(plan) if j["kind"] == "train" or not train_only]
     done = {j["key"]: read(jobs_dir / j["key"]) for j in todo if (jobs_dir / j["key"] / "result.json").is_file()}
     pending = [j for j in todo if j["key"] not in done]
-    bar = progress_bar(total=len(todo), initial=len(done), desc="004 jobs", unit="job", disable=not progress)
+    meter = bar(total=len(todo), initial=len(done), desc="004 jobs", unit="job", disable=not progress)
     threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
                   // max(workers, 1)) if workers else None
 
@@ -428,17 +428,17 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
 
             s = cluster.settings(slurm or {})
             cluster.run(pending, functools.partial(_cluster_job, plan, jobs_dir, s["cpus_per_task"], launch),
-                        Path(run_dir) / "slurm", s, bar=bar if progress else None,
+                        Path(run_dir) / "slurm", s, bar=meter if progress else None,
                         finished=lambda job: (jobs_dir / job["key"] / "result.json").is_file())
             done.update({job["key"]: read(jobs_dir / job["key"]) for job in pending})
         elif workers == 0:
             for job in pending:
-                bar.set_postfix_str(job["key"].rsplit("-", 1)[0])
+                meter.set_postfix_str(job["key"].rsplit("-", 1)[0])
                 try:
                     done[job["key"]] = _run_job(plan, job, jobs_dir, False, None, launch)
                 except Exception as e:
                     raise RuntimeError(f"004 job {job['key']} failed: {e!r}") from e
-                bar.update()
+                meter.update()
         else:
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1, initializer=_worker_init,
@@ -455,13 +455,13 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
                         job = running.pop(future)
                         try:
                             done[job["key"]] = future.result()
-                            bar.update()
+                            meter.update()
                         except Exception as e:  # noqa: BLE001 - re-raised below with the job's name
                             failure = failure or (job, e)
                 if failure:
                     raise RuntimeError(f"004 job {failure[0]['key']} failed: {failure[1]!r}") from failure[1]
     finally:
-        bar.close()
+        meter.close()
     results = {}
     for job in todo:
         if job["arm"] == BASELINE:

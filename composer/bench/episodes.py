@@ -45,7 +45,7 @@ from composer.bench import machine
 
 
 def _plans(records: list[dict]) -> dict:
-    from composer.collection.collect import tool_call_text as call
+    from composer.collection.collect import tool_call_text
     from composer.env.environment import gold_edits
 
     plans = {}
@@ -53,7 +53,7 @@ def _plans(records: list[dict]) -> dict:
         edits = gold_edits(r)
         if k % 2:  # an edit that fixes nothing: graded, unresolved
             edits = [dict(path=edits[0]["path"], start=1, end=0, new_text="# looked here\n")]
-        plans[r["instance_id"]] = [*(call("edit", **e) for e in edits), call("submit")]
+        plans[r["instance_id"]] = [*(tool_call_text("edit", **e) for e in edits), tool_call_text("submit")]
     return plans
 
 
@@ -139,11 +139,11 @@ def measure(*, episodes: int = 16, generations: int = 2, repeats: int = 1, wait_
                          f"episodes={episodes}, generations={generations}, repeats={repeats}, wait_s={wait_s}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from composer import episodes as concurrency
+    from composer.episodes import WORKERS
     from composer.env.defences import probes
     from composer.models import tiny_model
 
-    workers = workers or concurrency.WORKERS
+    workers = workers or WORKERS
     at_start = machine()
     records, _ = probes.rewarded(episodes // generations, seed=0)
     student = tiny_model()  # it generates nothing (scripted): TRL's step needs a model

@@ -33,7 +33,7 @@ import traceback
 import torch
 
 from composer.bench import machine
-from composer.bench import trainer as trainer_bench
+from composer.bench import trainer
 
 # --size: (bench trainer size, rounds, memory processes) in the full check, and the size --reduced runs instead
 TRAINER_SIZES = {"85m": (("gpu", 10, True), "tiny"), "1.7b": (("1.7b", 10, False), "live-tiny")}
@@ -41,7 +41,7 @@ PART = {"85m": "trainer", "1.7b": "trainer_1.7b"}  # each size's key in the resu
 
 
 def trainer_part(size: str, repeats: int, memory: bool) -> dict:
-    result = trainer_bench.measure(size=size, repeats=repeats, memory=memory)
+    result = trainer.measure(size=size, repeats=repeats, memory=memory)
     batch = result["batch"]
     tokens = result["config"]["rollouts"] * (batch["prompt_tokens"] + batch["completion_tokens"])
     return {k: result[k] for k in ("ratio_00_time", "ratio_all_time", "ratio_all_mem", "ratio_all_ops", "meets_targets",

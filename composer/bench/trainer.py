@@ -67,7 +67,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from composer.bench import machine
 from composer.models import TINY
-from composer.progress import bar as progress_bar
+from composer.progress import bar
 
 ARMS = ("grpo", "composer_00", "hint", "dpo", "all")
 HINT_WEIGHT, DPO_WEIGHT = 0.1, 0.5
@@ -417,7 +417,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     del reference
 
     built = {}
-    for arm in progress_bar(arm_names, desc="build arms", leave=False):
+    for arm in bar(arm_names, desc="build arms", leave=False):
         built[arm] = _build(arm, size, model_path, tokenizer, train_dataset, pairs, os.path.join(workdir, arm))
     inputs = _generation_batch(built["all"][0], size)
     missing = [k for k in ("hint_prompt_ids", "hint_prompt_mask", "hint_mask") if k not in inputs]
@@ -439,18 +439,18 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
     times = {arm: [] for arm in arm_names}
     work = {}
     total = len(arm_names) * (WARMUP + repeats)
-    with progress_bar(total=total, desc=f"steps ({size})", leave=False) as bar:
+    with bar(total=total, desc=f"steps ({size})", leave=False) as meter:
         for arm in arm_names:
             trainer, optimizer = built[arm]
             for _ in range(WARMUP - 1):
                 _step(trainer, optimizer, inputs, cuda)
             work[arm] = _count_work(trainer, optimizer, inputs, cuda)
-            bar.update(WARMUP)
+            meter.update(WARMUP)
         for r in range(repeats):
             for k in range(len(arm_names)):
                 arm = arm_names[(r + k) % len(arm_names)]
                 times[arm].append(_step(*built[arm], inputs, cuda))
-                bar.update(1)
+                meter.update(1)
 
     mem = {arm: None for arm in arm_names}
     memory_method = None
@@ -460,7 +460,7 @@ def _measure(size: str, repeats: int, memory: bool, workdir: str) -> dict:
         save_memory_data(data_path, model_path, inputs, pairs)
         del built, stock, trainer, optimizer  # free this process's trainers before the children run
         gc.collect()
-        for arm in progress_bar(arm_names, desc="memory (fresh process per arm)", leave=False):
+        for arm in bar(arm_names, desc="memory (fresh process per arm)", leave=False):
             mem[arm] = _memory(arm, size, data_path)
 
     completion_mask = inputs["completion_mask"].float()

@@ -561,8 +561,8 @@ def dataset(instances: list[dict], system: str | None = None):
     the environment's reset() text (the task) to the user message."""
     from datasets import Dataset
 
-    if system is None:
-        from composer.policies import SYSTEM as system
+    from composer import policies
+    system = policies.SYSTEM if system is None else system
     rows = [{**r, "prompt": [{"role": "system", "content": system}, {"role": "user", "content": ""}]}
             for r in instances]
     return Dataset.from_list(rows)

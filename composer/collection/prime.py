@@ -71,7 +71,7 @@ from pathlib import Path
 
 from composer import traces
 from composer.collection import trace_checks
-from composer.env import taskset as cts  # registers the verifiers taskset id "composer-coding"
+from composer.env import taskset  # registers the verifiers taskset id "composer-coding"
 from composer.progress import bar
 
 SOURCE = "verifiers"
@@ -99,7 +99,7 @@ class Collection:
 
 
 def _settings(records, n_rollouts, model, max_tokens, temperature, seed, max_turns, rollout_timeout_s, tools):
-    return {"verifiers": VERIFIERS_VERSION, "taskset": cts.TASKSET_ID, "model": model, "n_rollouts": n_rollouts,
+    return {"verifiers": VERIFIERS_VERSION, "taskset": taskset.TASKSET_ID, "model": model, "n_rollouts": n_rollouts,
             "instances": [r["instance_id"] for r in records], "max_tokens": max_tokens, "temperature": temperature,
             "seed": seed, "max_turns": max_turns, "rollout_timeout_s": rollout_timeout_s, "tools": tools}
 
@@ -138,7 +138,7 @@ def collect(records: list[dict], run_dir, *, base_url: str, model: str, n_rollou
         config_path.write_text(json.dumps(settings, indent=2) + "\n")
 
     os.environ.setdefault(KEY_VAR, "sk-local-unused")
-    env = cts.load_env(cts.taskset_config(records, **tools), max_turns=max_turns, rollout_timeout_s=rollout_timeout_s)
+    env = taskset.load_env(taskset.taskset_config(records, **tools), max_turns=max_turns, rollout_timeout_s=rollout_timeout_s)
     tasks = list(env.taskset)
     # Every parseable episode is a result (errored ones too): only missing rollouts are owed.
     plan = vf_resume.load(out, tasks, n_rollouts, lambda episode: True) if resume else plan_rollouts(tasks, n_rollouts)
@@ -509,7 +509,7 @@ CONVERTER = ("collect", "read_verifiers", "_explain", "_episode_ok", "_episode_e
 
 def adapter_lines() -> int:
     """Our verifiers adapter: the taskset module whole, and the collection driver and converter here."""
-    return code_lines(cts.__file__) + code_lines(__file__, only=CONVERTER)
+    return code_lines(taskset.__file__) + code_lines(__file__, only=CONVERTER)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -553,7 +553,7 @@ def add_reference_logps(dataset, student, *, batch_size: int = 8, max_length: in
     Returns (dataset, skipped): rows whose prompt is longer than `max_length` tokens (default: the model's
     context) are dropped and counted rather than truncated."""
     from composer.models import load_model, load_tokenizer
-    from composer.trainer import add_reference_logps as trainer_logps
+    from composer import trainer
     from composer.trainer import encode_pairs
 
     if isinstance(student, (str, Path)):
@@ -574,4 +574,4 @@ def add_reference_logps(dataset, student, *, batch_size: int = 8, max_length: in
         skipped = 0
     if len(dataset) == 0:
         return dataset.add_column("ref_chosen_logps", []).add_column("ref_rejected_logps", []), skipped
-    return trainer_logps(dataset, model, tokenizer, batch_size=batch_size), skipped
+    return trainer.add_reference_logps(dataset, model, tokenizer, batch_size=batch_size), skipped

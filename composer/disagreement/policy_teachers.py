@@ -111,7 +111,7 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
     import openai
 
     from composer.lock import run_lock
-    from composer.progress import bar as progress_bar
+    from composer.progress import bar
     from composer.replay import STORE_FILE
     from composer.teachers import PLACEHOLDER_KEY, Store, classify, redact
 
@@ -131,7 +131,7 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
         out_path.write_text("", encoding="utf-8")
         todo = {tid: range(len(s)) if (steps or {}).get(tid) is None else [t for t in steps[tid] if t < len(s)]
                 for tid, s in by_trace.items()}
-        bar = progress_bar(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
+        meter = bar(total=sum(map(len, todo.values())), desc="teacher queries", unit="step")
 
         sending: dict[str, asyncio.Task] = {}
 
@@ -231,12 +231,12 @@ async def query_policy_teachers(by_trace: dict, endpoints: dict[str, dict], out_
                 records.extend(batch)
                 with open(out_path, "a", encoding="utf-8") as f:
                     f.writelines(q.model_dump_json() + "\n" for q in batch)
-                bar.update()
+                meter.update()
 
         try:
             await asyncio.gather(*(run_trace(tid, s) for tid, s in by_trace.items()))
         finally:
-            bar.close()
+            meter.close()
             store.close()
             for c in clients.values():
                 await c.close()

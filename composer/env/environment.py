@@ -92,7 +92,7 @@ from composer.env import tools
 from composer.env.containment import patches, sandbox
 from composer.env.defences import probes
 from composer.env.real import container, swebench
-from composer.env.embedded import tasks as tasklib
+from composer.env.embedded.tasks import SCHEMA_FIELDS, materialize
 from composer.env.containment.worker import PytestWorker
 
 TOOLS = ("list_files", "view", "search", "edit", "apply_patch", "run_tests", "submit")
@@ -271,7 +271,7 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
                 workspace = container.Workspace(instance, Path(tmp.name) / "repo")
                 repo = workspace.repo
             else:
-                repo = tasklib.materialize(instance, Path(tmp.name) / "repo", with_tests=self.config.visible_tests)
+                repo = materialize(instance, Path(tmp.name) / "repo", with_tests=self.config.visible_tests)
         except Exception:
             tmp.cleanup()
             raise
@@ -555,10 +555,10 @@ class TRLCodingEnv:
         self.env = CodingEnv(config=config, trace_path=trace_path)
 
     def reset(self, **row) -> str:
-        missing = [k for k in tasklib.SCHEMA_FIELDS if k not in row]
+        missing = [k for k in SCHEMA_FIELDS if k not in row]
         if missing:
             raise ValueError(f"a dataset row must carry the SWE-bench fields; missing {missing}")
-        return self.env.reset(instance={k: row[k] for k in tasklib.SCHEMA_FIELDS}).text
+        return self.env.reset(instance={k: row[k] for k in SCHEMA_FIELDS}).text
 
     @_any_arguments
     def list_files(self, path: str = ".") -> str:

@@ -37,7 +37,7 @@ from openenv.core.env_server import create_app
 from starlette.websockets import WebSocketDisconnect
 
 from composer.env.defences import probes
-from composer.env.embedded import tasks as tasklib
+from composer.env.embedded.tasks import SPLITS, load_jsonl
 from composer.env.environment import CodingAction, CodingEnv, CodingObservation, EnvConfig
 
 
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
                         "held-out probes (default 20)")
     source.add_argument("--tasks-file", type=Path, metavar="FILE", help="SWE-bench records, JSONL (tasks.save_jsonl)")
     parser.add_argument("--seed", type=int, default=0, help="task generation seed")
-    parser.add_argument("--split", choices=tasklib.SPLITS, default="train")
+    parser.add_argument("--split", choices=SPLITS, default="train")
     parser.add_argument("--max-steps", type=int, default=EnvConfig.max_steps)
     parser.add_argument("--hidden-tests", action="store_true", help="the agent's copy has no tests (SWE-bench style)")
     parser.add_argument("--test-timeout", type=float, default=EnvConfig.test_timeout_s, metavar="S")
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
     args = parser.parse_args(argv)
     try:
-        records = tasklib.load_jsonl(args.tasks_file) if args.tasks_file else \
+        records = load_jsonl(args.tasks_file) if args.tasks_file else \
             probes.rewarded(args.tasks, seed=args.seed, split=args.split)[0]  # rewards count: tasks with probes
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,10 +1,10 @@
 """The embedded coding environment as a verifiers v1 taskset: what PRIME-RL's orchestrator runs.
 
-    from composer.env import taskset as cts                      # registers the taskset id "composer-coding"
+    from composer.env import taskset                             # registers the taskset id "composer-coding"
     from composer.env.defences import probes
 
-    config = cts.taskset_config(probes.rewarded(4, seed=0, split="test")[0])   # or CodingTasksetConfig(...)
-    env = cts.load_env(config, runtime="subprocess")                        # a verifiers SingleAgentEnv
+    config = taskset.taskset_config(probes.rewarded(4, seed=0, split="test")[0])   # or CodingTasksetConfig(...)
+    env = taskset.load_env(config, runtime="subprocess")                        # a verifiers SingleAgentEnv
     # rollouts and their v1 traces.jsonl: composer.collection.prime.collect(...)
 
 verifiers 0.4.0 (pinned; v1 API only) splits an environment into a Taskset (data in, tasks out),
@@ -60,8 +60,8 @@ from pydantic import Field
 from verifiers.v1.harnesses.null.harness import NullHarness
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
 
-from composer.env import environment as envlib
-from composer.env.embedded import tasks as tasklib
+from composer.env import environment
+from composer.env.embedded import tasks
 
 TASKSET_ID = "composer-coding"
 MODULE_ALIAS = TASKSET_ID.replace("-", "_")
@@ -89,8 +89,8 @@ class CodingToolsetConfig(vf.ToolsetConfig):
     hang_at: dict[str, int] = Field(default_factory=dict)
     """Test hook, instance_id -> step (1-based): that tool call hangs for an hour (a wedged environment)."""
 
-    def env_config(self) -> envlib.EnvConfig:
-        return envlib.EnvConfig(max_steps=self.max_steps, visible_tests=self.visible_tests,
+    def env_config(self) -> environment.EnvConfig:
+        return environment.EnvConfig(max_steps=self.max_steps, visible_tests=self.visible_tests,
                                 max_observation_chars=self.max_observation_chars, test_timeout_s=self.test_timeout_s)
 
 
@@ -142,7 +142,7 @@ class CodingToolset(vf.Toolset[CodingToolsetConfig, CodingState]):
 
     def __init__(self, config: CodingToolsetConfig) -> None:
         super().__init__(config)
-        self.envs: OrderedDict[str, envlib.CodingEnv] = OrderedDict()  # rollout -> its open episode
+        self.envs: OrderedDict[str, environment.CodingEnv] = OrderedDict()  # rollout -> its open episode
         self._exit_stack.callback(self._close_all)
 
     def _close_all(self) -> None:
@@ -155,18 +155,18 @@ class CodingToolset(vf.Toolset[CodingToolsetConfig, CodingState]):
         # both substrates put the same system prompt in front of the student. The signatures below take any
         # value for any argument, so every call reaches the environment, which validates it and counts a bad
         # one as a step (an error observation), as it does over TRL. (mcp 2.0.0's tool registry.)
-        schemas = {s["function"]["name"]: s["function"] for s in envlib.tool_schemas()}
+        schemas = {s["function"]["name"]: s["function"] for s in environment.tool_schemas()}
         for name, registered in mcp._tool_manager._tools.items():
             if name in schemas:
                 registered.description = schemas[name]["description"]
                 registered.parameters = schemas[name]["parameters"]
 
-    def _episode(self, state: CodingState) -> envlib.CodingEnv:
+    def _episode(self, state: CodingState) -> environment.CodingEnv:
         env = self.envs.get(state.rollout)
         if env is None:
             if state.rollout is None or state.instance is None:
                 raise RuntimeError("the rollout's state names no task (CodingTask.setup did not run)")
-            env = envlib.CodingEnv(config=self.config.env_config())
+            env = environment.CodingEnv(config=self.config.env_config())
             env.reset(instance=state.instance)
             self.envs[state.rollout] = env
             while len(self.envs) > self.config.max_open_episodes:
@@ -300,10 +300,10 @@ class CodingTaskset(vf.Taskset[CodingTask, CodingTasksetConfig]):
         if not records and self.config.records_file is not None:
             from composer.env.real import swebench
             records = swebench.load_instances(str(self.config.records_file))
-        env = envlib.CodingEnv(config=self.config.task.tools.env_config())
+        env = environment.CodingEnv(config=self.config.task.tools.env_config())
         try:
             for record in records:
-                instance = {k: record[k] for k in tasklib.SCHEMA_FIELDS}
+                instance = {k: record[k] for k in tasks.SCHEMA_FIELDS}
                 prompt = env.reset(instance=instance).text  # the task message, as CodingEnv/TRL show it
                 yield CodingTask(CodingData(id=instance["instance_id"], name=instance["instance_id"], prompt=prompt,
                                             system_prompt=SYSTEM, instance=instance), self.config.task)
@@ -341,7 +341,7 @@ class CodingHarness(NullHarness):
 
 def taskset_config(records: list[dict], **tools) -> CodingTasksetConfig:
     """A taskset config over these records; `tools` are CodingToolsetConfig fields (max_steps, ...)."""
-    return CodingTasksetConfig(records=[{k: r[k] for k in tasklib.SCHEMA_FIELDS} for r in records],
+    return CodingTasksetConfig(records=[{k: r[k] for k in tasks.SCHEMA_FIELDS} for r in records],
                                task=CodingTaskConfig(tools=CodingToolsetConfig(**tools)))
 
 

@@ -2,7 +2,8 @@
 
     from composer.env.defences import canaries, grading, probes, tampering
     kept, reset = grading.source_only(diff, test_paths={"tests/test_ops.py"})   # tests and test config: the base's
-    .venv/bin/pytest tests/test_env_grading.py tests/test_canaries.py tests/test_probes.py tests/test_tampering.py
+    .venv/bin/pytest tests/test_env_grading.py tests/test_env_canaries.py tests/test_env_probes.py \
+        tests/test_env_tampering.py
 
 Owns grading (what of an agent's diff a grading run sees), canaries (tests planted at grading whose outcomes must
 come out a certain way), probes (held-out inputs whose expected values never enter the test process), real_probes

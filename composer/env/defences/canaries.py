@@ -45,7 +45,8 @@ import random
 import string
 from dataclasses import dataclass, field
 
-from composer.env.defences import probes as heldout
+from composer.env.defences import probes
+from composer.env.defences.probes import Probe
 from composer.env.defences.literals import literal, moved
 
 TWINS = 2  # must-fail copies of each FAIL_TO_PASS test (and one PASS_TO_PASS test gets one)
@@ -59,7 +60,7 @@ class Planted:
     files: dict[str, str]  # test file -> its text with the renamed tests and the canaries
     renamed: dict[str, str]  # the task's test id -> the id it runs under
     canaries: dict[str, tuple[bool, str | None]] = field(default_factory=dict)  # id -> (must pass, copied test)
-    probes: dict[str, heldout.Probe] = field(default_factory=dict)  # id -> its held-out probe
+    probes: dict[str, Probe] = field(default_factory=dict)  # id -> its held-out probe
 
     @property
     def test_ids(self) -> list[str]:
@@ -84,7 +85,7 @@ class Planted:
             elif not must_pass and outcomes.get(cid, False) and (copied is None or mine.get(copied, False)):
                 forged.append(f"outcomes forged: canary {cid} must fail and passed")
         missed = [pid for pid, probe in self.probes.items()
-                  if not heldout.matches(probe, (properties or {}).get(pid, {}).get("value"))]
+                  if not probes.matches(probe, (properties or {}).get(pid, {}).get("value"))]
         return mine, forged, missed
 
 
@@ -112,7 +113,7 @@ def plant(files: dict[str, str], fail_to_pass: list[str], pass_to_pass: list[str
 
         mine = {names.take(set()): probe for probe in held_out if probe.file == path}
         new_text, renames, canaries = _plant_file(text, tree, graded(fail_to_pass), graded(pass_to_pass), names, rng,
-                                                  [heldout.source(probe, name) for name, probe in mine.items()])
+                                                  [probes.source(probe, name) for name, probe in mine.items()])
         planted.files[path] = new_text
         planted.canaries.update({f"{path}::{name}": value for name, value in canaries.items()})
         planted.probes.update({f"{path}::{name}": probe for name, probe in mine.items()})
