@@ -12,7 +12,8 @@ total loss = GRPO loss + hint_distill_weight * hint term + trace_replay_weight *
   the divergence is taken on the student's own sampled completion tokens.
 - trace replay: DPO on (chosen, rejected) next actions mined from teacher disagreement, with
   reference log-probs stored in the pairs dataset (see `add_reference_logps`), so no second
-  model copy is needed for this channel. A pair's chosen and rejected share one encoding of its
+  model copy is needed for this channel; trace_replay_nll_weight adds the chosen action's mean token NLL
+  to each pair's loss (RPO). A pair's chosen and rejected share one encoding of its
   prompt in one row (`pack_rows`), and where GRPO's rows are padded the pairs ride in GRPO's own
   forward (`ComposerTrainer._ride`): the channel then adds no forward and no backward of its own,
   which is most of its cost where a step is bound by the host issuing kernels (docs/results.md).
@@ -71,6 +72,9 @@ class ComposerConfig(GRPOConfig):
     )
     trace_replay_weight: float = field(default=0.0, metadata={"help": "Weight of the trace-replay DPO term."})
     trace_replay_beta: float = field(default=0.1, metadata={"help": "DPO beta."})
+    trace_replay_nll_weight: float = field(default=0.0, metadata={"help": (
+        "Weight of the chosen action's mean token NLL in each pair's loss (RPO; TRL's rpo_alpha): DPO alone may widen "
+        "a margin by making both actions less likely, this keeps the chosen one likely.")})
     trace_replay_batch_size: int = field(
         default=2, metadata={"help": "Pairs per optimizer step and process, shared out over its micro-batches."}
     )
@@ -86,7 +90,7 @@ class ComposerConfig(GRPOConfig):
 
 def check_channels(args) -> None:
     """Refuse a bad channel configuration before anything is loaded; the message names the field."""
-    for name in ("hint_distill_weight", "trace_replay_weight"):
+    for name in ("hint_distill_weight", "trace_replay_weight", "trace_replay_nll_weight"):
         if getattr(args, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(args, name)}")
     choices = {"hint_distill_mode": HINT_MODES, "hint_teacher": HINT_TEACHERS, "hint_source": HINT_SOURCES}
@@ -729,6 +733,11 @@ class ComposerTrainer(GRPOTrainer):
         losses, chosen_rewards, rejected_rewards = dpo_loss(
             policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta=self.args.trace_replay_beta
         )
+        if self.args.trace_replay_nll_weight:
+            tokens = [len(self._encoded_pairs[i]["chosen"]) for i in index]
+            nll = -policy_chosen / torch.tensor(tokens, device=policy_chosen.device, dtype=policy_chosen.dtype)
+            losses = losses + self.args.trace_replay_nll_weight * nll
+            logs["trace_replay/chosen_nll"] = nll.detach().mean()
         logs["trace_replay_loss"] = losses.detach().mean()
         logs["trace_replay/reward_accuracy"] = (chosen_rewards > rejected_rewards).float().mean()
         logs["trace_replay/margin"] = (chosen_rewards - rejected_rewards).mean()

@@ -1,5 +1,6 @@
 """ComposerTrainer: spike 005's gate (exact GRPO reduction, accumulation invariance, a 5-step run)."""
 
+import math
 import os
 
 import pytest
@@ -86,6 +87,7 @@ class ForwardCounter:
     ("hint_distill_divergence", 0.5, "sampled_token"),
     ("hint_teacher", "oracle", "hint_teacher"),
     ("trace_replay_beta", 0.0, "trace_replay_beta"),
+    ("trace_replay_nll_weight", -0.5, "trace_replay_nll_weight"),
 ])
 def test_bad_config_names_the_field(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -382,6 +384,20 @@ def test_reference_logps_match_the_initial_policy(model_path, tokenizer, train_d
     trainer.compute_loss(trainer.model, inputs)
     assert trainer._metrics["train"]["trace_replay_loss"][-1] == pytest.approx(torch.log(torch.tensor(2.0)).item(),
                                                                              abs=1e-5)
+
+
+def test_the_nll_term_adds_each_chosen_actions_mean_token_nll(model_path, tokenizer, train_dataset, pairs, tmp_path):
+    """At step 0 (policy = reference) a pair's DPO loss is log 2; the NLL term adds its weight times the chosen
+    action's negative log-prob per token, which the stored reference log-probs give by hand."""
+    trainer = make(ComposerTrainer, model_path, tokenizer, train_dataset, tmp_path, pairs=pairs,
+                   trace_replay_weight=1.0, trace_replay_batch_size=4, trace_replay_nll_weight=0.5)
+    trainer.compute_loss(trainer.model, generation_batch(trainer, 4))
+    index = range(4)  # the step's pairs: the first 4 of the shuffled order, all of them here
+    assert len(trainer._encoded_pairs) == 4
+    nll = [-trainer._ref_logps[0, i].item() / len(trainer._encoded_pairs[i]["chosen"]) for i in index]
+    metrics = trainer._metrics["train"]
+    assert metrics["trace_replay/chosen_nll"][-1] == pytest.approx(sum(nll) / 4, rel=1e-4)
+    assert metrics["trace_replay_loss"][-1] == pytest.approx(math.log(2) + 0.5 * sum(nll) / 4, rel=1e-4)
 
 
 @pytest.mark.parametrize("config", [
