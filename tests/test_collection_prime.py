@@ -304,7 +304,7 @@ def test_code_lines(tmp_path):
                     '    # only a comment\n    return (x +\n            1)\n\n\n@property\ndef g():\n    return 2\n')
     assert prime.code_lines(path) == 7  # import, def f, return (2 lines), decorator, def g, return
     assert prime.code_lines(path, only=["f"]) == 3 and prime.code_lines(path, exclude=["f", "g"]) == 1
-    assert prime.adapter_lines() > prime.code_lines(prime.cts.__file__)
+    assert prime.adapter_lines() > prime.code_lines(prime.taskset.__file__)
 
 
 def test_tasks_cli_prints_records_for_a_records_file(capsys):
