@@ -103,21 +103,40 @@ def prepare(p: dict, run_dir) -> Inputs:
     strictly between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this
     machine cannot run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert
     pairs); passes over real tasks without held-out probes (Inputs.no_probes)."""
-    from composer import zoo
-    from composer.disagreement import pairs, reference_pairs
-    from composer.costs import pilot
-    from composer.env.environment import tool_schemas
-    from composer.env.real import container
-    from composer.env.real.swebench import (is_real, load_instances, real_missing, scan_only_preflight,
-                                            with_probes)
+    student, profile, train, test, refused = _tasks(p)
+    env, max_new_tokens = _env(p, profile), p["max_new_tokens"] or profile.max_new_tokens
+    made, pairs_source, oracle = _pairs(p, run_dir, student, train, test, max_new_tokens)
+    train, screened = _screened(p, run_dir, student, train, env, max_new_tokens)
+    return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
+                  pairs=made, pairs_source=pairs_source, oracle=oracle, screened=screened,
+                  scan_only=refused["scan_only"], no_probes=refused["no_probes"], test_scope=_test_scope(p))
+
+
+def _local(source: str):
+    """A path in the checkout, or what load_instances reads as it is."""
     from composer.paths import ROOT
 
-    def local(source: str):  # a path in the checkout, or what load_instances reads as it is
-        path = ROOT / source
-        return path if not Path(source).is_absolute() and path.exists() else source
+    path = ROOT / source
+    return path if not Path(source).is_absolute() and path.exists() else source
 
-    def tasks(source: str) -> list[dict]:
-        return load_instances(local(source))
+
+def _env(p: dict, profile) -> EnvConfig:
+    return dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
+
+
+def _test_scope(p: dict) -> str | None:
+    from composer.costs import pilot
+
+    return pilot.reach_scope(_local(p["test_tasks"])) if p["test_tasks"] else None
+
+
+def _tasks(p: dict) -> tuple:
+    """The student and its train and test tasks: refused where the scan alone would grade them or this machine
+    cannot run them, those without held-out probes passed over -> (student, profile, train, test, {"scan_only": how
+    many are graded by the scan alone on the opt-in, "no_probes": {id: why} of those passed over})."""
+    from composer import zoo
+    from composer.env.real import container
+    from composer.env.real.swebench import is_real, load_instances, real_missing, scan_only_preflight, with_probes
 
     profile = zoo.PROFILES[p["student"].split(":", 1)[1]] if p["student"].startswith("zoo:") else None
     missing = [k for k in ("train_tasks", "test_tasks", "max_new_tokens") if not p[k]]
@@ -125,10 +144,9 @@ def prepare(p: dict, run_dir) -> Inputs:
         raise ValueError(f"student={p['student']!r} is no zoo student, so no zoo profile supplies {missing}: set them "
                          "(e.g. train_tasks='lite:train:pytest', test_tasks='lite:test:pytest', max_new_tokens=4096)")
     student = str(zoo.model(profile, "student") if profile else p["student"])
-    train = tasks(p["train_tasks"]) if p["train_tasks"] else zoo.split_tasks(profile, "train")
-    test = tasks(p["test_tasks"]) if p["test_tasks"] else zoo.split_tasks(profile, "test")
-    env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
-    max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
+    train = load_instances(_local(p["train_tasks"])) if p["train_tasks"] else zoo.split_tasks(profile, "train")
+    test = load_instances(_local(p["test_tasks"])) if p["test_tasks"] else zoo.split_tasks(profile, "test")
+    env = _env(p, profile)
     refused = scan_only_preflight({"test": test, "train": train}, env.grade_scan_only)
     if refused:  # before training
         raise ValueError(refused)
@@ -146,6 +164,18 @@ def prepare(p: dict, run_dir) -> Inputs:
     if not train or not test:
         raise ValueError(f"no {'train' if not train else 'test'} task is left once the {len(no_probes)} without "
                          f"held-out probes are passed over; the first: {next(iter(no_probes.values()))}")
+    return student, profile, train, test, {"scan_only": scan_only, "no_probes": no_probes}
+
+
+def _pairs(p: dict, run_dir, student: str, train: list[dict], test: list[dict],
+           max_new_tokens: int) -> tuple[dict, str, bool]:
+    """The pairs datasets some arm trains on, each with reference log-probs under the student -> ({name:
+    prepare_pairs' dict}, where they come from in words, whether they are oracle pairs). Refuses pairs from test
+    tasks (but the planted expert pairs), a control of another size than B's, and a dataset with no pair."""
+    from composer.disagreement import pairs, reference_pairs
+    from composer.env.environment import tool_schemas
+    from composer.paths import ROOT
+
     source = Path(p["pairs_dir"]) if Path(p["pairs_dir"]).is_absolute() else ROOT / p["pairs_dir"]
     oracle = not (p["pairs_dir"] and (source / "pairs").is_dir() and (source / "shuffled").is_dir())
     if oracle:
@@ -198,23 +228,28 @@ def prepare(p: dict, run_dir) -> Inputs:
     leaked = sorted({t for info in held_out for t in pairs.load(info["path"])["task_id"]} & test_ids)
     if leaked:
         raise ValueError(f"pairs come from test tasks ({leaked[:3]}): the evaluation would not be held out")
-    screened = None
-    if p["screen_tasks"]:
-        candidates = train[:p["screen_tasks"]]
-        successes = screen(student, candidates, run_dir, n=p["generations"], temperature=p["temperature"],
-                           max_new_tokens=max_new_tokens, env=env, seed=p["seed"], **evaluation_engine(p))
-        train = [t for t, c in zip(candidates, successes) if 0 < c < p["generations"]]
-        screened = {"task_ids": [t["instance_id"] for t in candidates], "successes": successes,
-                    "samples": p["generations"], "kept": len(train)}
-        per_seed = tasks_per_seed({**p, **p["trainer_config"]})
-        if len(train) < per_seed:
-            raise ValueError(f"{len(train)} of {len(candidates)} screened train tasks succeed in some but not all of "
-                             f"{p['generations']} rollouts at temperature {p['temperature']}; a seed trains on "
-                             f"{per_seed}: screen more (screen_tasks) or change the temperature")
-    return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
-                  pairs=inputs, pairs_source=pairs_source, oracle=oracle, screened=screened,
-                  test_scope=pilot.reach_scope(local(p["test_tasks"])) if p["test_tasks"] else None,
-                  scan_only=scan_only, no_probes=no_probes)
+    return inputs, pairs_source, oracle
+
+
+def _screened(p: dict, run_dir, student: str, train: list[dict], env: EnvConfig,
+              max_new_tokens: int) -> tuple[list[dict], dict | None]:
+    """With p["screen_tasks"], the first of the train tasks whose success rate `screen` finds strictly between 0 and
+    1 (GRPO's gradient needs a group whose rewards differ) -> (those tasks, what the screening measured), else
+    (train, None)."""
+    if not p["screen_tasks"]:
+        return train, None
+    candidates = train[:p["screen_tasks"]]
+    successes = screen(student, candidates, run_dir, n=p["generations"], temperature=p["temperature"],
+                       max_new_tokens=max_new_tokens, env=env, seed=p["seed"], **evaluation_engine(p))
+    train = [t for t, c in zip(candidates, successes) if 0 < c < p["generations"]]
+    screened = {"task_ids": [t["instance_id"] for t in candidates], "successes": successes,
+                "samples": p["generations"], "kept": len(train)}
+    per_seed = tasks_per_seed({**p, **p["trainer_config"]})
+    if len(train) < per_seed:
+        raise ValueError(f"{len(train)} of {len(candidates)} screened train tasks succeed in some but not all of "
+                         f"{p['generations']} rollouts at temperature {p['temperature']}; a seed trains on "
+                         f"{per_seed}: screen more (screen_tasks) or change the temperature")
+    return train, screened
 
 
 def records_key(records: list[dict]) -> str:
