@@ -174,7 +174,7 @@ def test_an_interrupted_run_leaves_its_jobs_running_and_a_rerun_waits_for_them(s
     # background jobs with SIGINT ignored, and Python then installs no handler): a kernel's interrupt
     script = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
               f"import pickle, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ab_cluster as t\n"
-              "from composer import slurm\n"
+              "from composer.ab import cluster\n"
               f"cluster.run(pickle.loads({cloudpickle.dumps(jobs)!r}), t._publish, {str(tmp_path / 'slurm')!r}, "
               "{'poll_s': 0.5}, finished=t._finished)")
     first = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)

@@ -2,11 +2,11 @@
 the same code as a local job (under `launcher` inside its allocation where the notebook names one), an evaluation
 waiting on its training through SLURM (afterok).
 
-    from composer.ab import training
+    from composer.ab import cluster, training
     done = training.run(plan, "runs/004", executor="slurm",
-                    slurm={"partition": "gpu", "gpus_per_node": 8, "cpus_per_task": 32, "timeout_min": 2880})
-    slurm.settings({"partition": "gpu"})   # every setting, defaults filled in; a ValueError names an unknown one
-    slurm.unavailable()                    # None where sbatch, squeue and sacct answer here, else why not
+                        slurm={"partition": "gpu", "gpus_per_node": 8, "cpus_per_task": 32, "timeout_min": 2880})
+    cluster.settings({"partition": "gpu"})   # every setting, defaults filled in; a ValueError names an unknown one
+    cluster.unavailable()                    # None where sbatch, squeue and sacct answer here, else why not
 
 The jobs publish into RUN_DIR/jobs/ exactly as local ones do, and the notebook reads them from there. submitit's
 files (each job's pickled call and its log) are under RUN_DIR/slurm/, and every job id is noted in
