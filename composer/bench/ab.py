@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 from composer import run
-from composer.ab import preparation
+from composer.ab import preparation, training
 from composer.costs import phases
-from composer.ab import training
 from composer.bench import machine
 from composer.trainer import ComposerConfig, encode_pairs
 
