@@ -103,8 +103,8 @@ def prepare(p: dict, run_dir) -> Inputs:
     strictly between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this
     machine cannot run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert
     pairs); passes over real tasks without held-out probes (Inputs.no_probes)."""
-    student, profile, train, test, refused = _tasks(p)
-    env, max_new_tokens = _env(p, profile), p["max_new_tokens"] or profile.max_new_tokens
+    student, profile, env, train, test, refused = _tasks(p)
+    max_new_tokens = p["max_new_tokens"] or profile.max_new_tokens
     made, pairs_source, oracle = _pairs(p, run_dir, student, train, test, max_new_tokens)
     train, screened = _screened(p, run_dir, student, train, env, max_new_tokens)
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
@@ -120,10 +120,6 @@ def _local(source: str):
     return path if not Path(source).is_absolute() and path.exists() else source
 
 
-def _env(p: dict, profile) -> EnvConfig:
-    return dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
-
-
 def _test_scope(p: dict) -> str | None:
     from composer.costs import pilot
 
@@ -131,9 +127,9 @@ def _test_scope(p: dict) -> str | None:
 
 
 def _tasks(p: dict) -> tuple:
-    """The student and its train and test tasks: refused where the scan alone would grade them or this machine
-    cannot run them, those without held-out probes passed over -> (student, profile, train, test, {"scan_only": how
-    many are graded by the scan alone on the opt-in, "no_probes": {id: why} of those passed over})."""
+    """The student, its environment and its train and test tasks: refused where the scan alone would grade them or
+    this machine cannot run them, those without held-out probes passed over -> (student, profile, env, train, test,
+    {"scan_only": how many are graded by the scan alone on the opt-in, "no_probes": {id: why} of those passed over})."""
     from composer import zoo
     from composer.env.real import container
     from composer.env.real.swebench import is_real, load_instances, real_missing, scan_only_preflight, with_probes
@@ -146,7 +142,7 @@ def _tasks(p: dict) -> tuple:
     student = str(zoo.model(profile, "student") if profile else p["student"])
     train = load_instances(_local(p["train_tasks"])) if p["train_tasks"] else zoo.split_tasks(profile, "train")
     test = load_instances(_local(p["test_tasks"])) if p["test_tasks"] else zoo.split_tasks(profile, "test")
-    env = _env(p, profile)
+    env = dataclasses.replace(profile.env if profile else EnvConfig(), max_steps=p["env_max_steps"])
     refused = scan_only_preflight({"test": test, "train": train}, env.grade_scan_only)
     if refused:  # before training
         raise ValueError(refused)
@@ -164,7 +160,7 @@ def _tasks(p: dict) -> tuple:
     if not train or not test:
         raise ValueError(f"no {'train' if not train else 'test'} task is left once the {len(no_probes)} without "
                          f"held-out probes are passed over; the first: {next(iter(no_probes.values()))}")
-    return student, profile, train, test, {"scan_only": scan_only, "no_probes": no_probes}
+    return student, profile, env, train, test, {"scan_only": scan_only, "no_probes": no_probes}
 
 
 def _pairs(p: dict, run_dir, student: str, train: list[dict], test: list[dict],
