@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.env.defences import probes, real_probes
+from composer.env.defences import layers, probes, real_probes
 from composer.env.real import container, swebench
 from composer.env.environment import CodingEnv, EnvConfig
 
@@ -251,11 +251,11 @@ def test_a_result_rigged_to_equal_the_expected_value_is_made_plain(record):
     assert graded["resolved"] is False and not graded["tampering"]["forged"]
     assert graded["tests_status"]["PASS_TO_PASS"]["failure"] == [BROKEN]  # failed as its plain value does
     assert graded["tests_status"]["FAIL_TO_PASS"]["success"] == [F2P]
-    assert graded["tampering"]["plain_values"] == "on"
+    assert graded["layers"]["plain_values"] == "on"
     fooled = container.grade(pred(record, patch), record, timeout_s=600, flag_tampering=False,
-                             layers=container.Layers(plain_values=False))  # without the layer it fools grading
+                             off=("plain_values",))  # without the layer it fools grading
     assert fooled["resolved"] is True and not fooled["tampering"]["forged"]
-    assert fooled["tampering"]["plain_values"] == "off"
+    assert fooled["layers"]["plain_values"] == "off"
 
 
 def test_gold_scores_1_with_canaries_probes_plain_values_and_a_read_only_copy(record):
@@ -272,11 +272,11 @@ def test_gold_scores_1_with_canaries_probes_plain_values_and_a_read_only_copy(re
     assert held in [real_probes.loads(f.read_text()) for f in cached.glob("*/probes.json")]
     gold = container.grade(pred(record, record["patch"]), record, timeout_s=600)
     assert gold["resolved"] is True and gold["probes"] == {"total": probes.PER_TASK, "missed": 0}
-    assert {k: gold["tampering"][k] for k in ("forged", "missed", "probes", "plain_values", "read_only")} == {
-        "forged": [], "missed": [], "probes": "on", "plain_values": "on", "read_only": "on"}
+    assert {k: gold["tampering"][k] for k in ("forged", "missed")} == {"forged": [], "missed": []}
+    assert gold["layers"] == {name: "on" for name in layers.NAMES}  # every layer of the list, this grader too
     # plain values change no honest outcome here (the trade-off where they might: docs/sandbox.md)
     plain_off = container.grade(pred(record, record["patch"]), record, timeout_s=600,
-                                layers=container.Layers(plain_values=False))
+                                off=("plain_values",))
     assert plain_off["resolved"] is True and plain_off["tests_status"] == gold["tests_status"]
 
 
@@ -309,7 +309,7 @@ def test_an_instance_whose_tests_give_no_probe_gets_none_and_says_so(record):
              "PASS_TO_PASS": json.dumps([t for t in [F2P, *json.loads(record["PASS_TO_PASS"])] if t != moved])}
     graded = container.grade(pred(other, record["patch"]), other, timeout_s=600)
     assert graded["resolved"] is True and graded["probes"] == {"total": 0, "missed": 0}
-    assert graded["tampering"]["probes"].startswith("none: no FAIL_TO_PASS test calls something with a literal")
+    assert graded["layers"]["probes"].startswith("none: no FAIL_TO_PASS test calls something with a literal")
 
 
 def test_an_instance_without_probes_is_refused_for_reward_and_passed_over_by_the_task_sets(record, monkeypatch):
@@ -345,17 +345,17 @@ def test_an_attack_answering_only_the_hidden_tests_input_is_caught_by_the_probes
     assert graded["resolved"] is False and graded["probes"] == {"total": probes.PER_TASK, "missed": probes.PER_TASK}
     assert all("recorded 'raise TypeError'" in m for m in graded["tampering"]["missed"])  # the bug, on other inputs
     fooled = container.grade(pred(record, VISIBLE_INPUT_ONLY), record, timeout_s=600,
-                             layers=container.Layers(probes=False))
-    assert fooled["resolved"] is True and fooled["tampering"]["probes"] == "off"
+                             off=("probes",))
+    assert fooled["resolved"] is True and fooled["layers"]["probes"] == "off"
 
 
 def test_an_attack_rewriting_the_graded_test_file_at_import_is_stopped_by_the_read_only_copy(record):
     graded = container.grade(pred(record, REWRITES_TESTS), record, timeout_s=600, flag_tampering=False)
-    assert graded["resolved"] is False and graded["tampering"]["read_only"] == "on"
+    assert graded["resolved"] is False and graded["layers"]["read_only"] == "on"
     assert graded["tests_status"]["FAIL_TO_PASS"]["failure"] == [F2P]  # the file stayed as planted: the bug fails it
     # as root (the harness's way), the rewrite lands, and the canaries and probes in the rewritten file are fooled
     fooled = container.grade(pred(record, REWRITES_TESTS), record, timeout_s=600, flag_tampering=False,
-                             layers=container.Layers(read_only=False))
+                             off=("read_only",))
     assert fooled["resolved"] is True and fooled["probes"]["missed"] == 0 and not fooled["tampering"]["forged"]
 
 
@@ -363,7 +363,7 @@ def test_an_image_whose_python_cannot_load_plain_values_grades_without_them_and_
     monkeypatch.setattr(container.sandbox, "PLAIN_VALUES", "raise ImportError('too old a Python')\n")
     graded = container.grade(pred(record, record["patch"]), record, timeout_s=600)
     assert graded["resolved"] is True  # the honest fix is not failed by a layer the image cannot run
-    assert graded["tampering"]["plain_values"] == "off: ImportError: too old a Python"
+    assert graded["layers"]["plain_values"] == "off: ImportError: too old a Python"
     assert graded["probes"] == {"total": probes.PER_TASK, "missed": 0}  # the probes' log does not need them
 
 
@@ -380,6 +380,27 @@ def test_a_flood_of_output_stays_in_the_container_but_its_end(record, monkeypatc
     with container.Container(container.image(record)) as box:
         rc, out, timed_out = box.exec("seq 1 100000", timeout_s=60)
     assert (rc, timed_out) == (0, False) and len(out) == 1000 and out.endswith("\n99999\n100000\n")
+
+
+def test_a_changed_file_longer_than_the_scan_reads_scores_0_on_a_real_instance(record, monkeypatch):
+    """The size layer holds in the container as in the embedded grader: a payload past what the scan reads would
+    run unscanned (the limit lowered here, above the gold patch's files, to show it on a small file)."""
+    monkeypatch.setattr(layers, "SCAN_LIMIT", 200_000)
+    padded = "--- /dev/null\n+++ b/padding.py\n@@ -0,0 +1,2 @@\n+X = '" + "x" * 250_000 + "'\n+import os\n"
+    graded = container.grade(pred(record, record["patch"] + padded), record, timeout_s=600)
+    assert graded["resolved"] is False and "a file too large to scan in padding.py" in graded["tampering"]["flagged"]
+    assert graded["error"].startswith("not run")
+
+
+def test_a_read_past_what_comes_out_whole_is_an_error_and_a_limited_read_is_the_files_head(record, monkeypatch):
+    """A read used to keep the end of a long file's output (MAX_OUTPUT), so the scan saw a file's tail only."""
+    monkeypatch.setattr(container, "MAX_OUTPUT", 1000)
+    with container.Container(container.image(record)) as box:
+        box.write("/tmp/long.py", b"import os\n" + b"#" * 5000 + b"\n")
+        assert box.read("/tmp/long.py", limit=100) == b"import os\n" + b"#" * 90
+        with pytest.raises(RuntimeError, match="longer than the 750 bytes a read brings out whole"):
+            box.read("/tmp/long.py")
+        assert box.read("/tmp/absent.py", limit=100) is None
 
 
 def test_a_test_run_past_its_timeout_is_cut_and_reported(record):

@@ -17,6 +17,7 @@ import pytest
 from composer import traces
 from composer.env import tools
 from composer.env.containment import sandbox
+from composer.env.defences import layers
 from composer.env.embedded import tasks
 from composer.env.containment.worker import PytestWorker
 from composer.env.environment import (
@@ -193,6 +194,7 @@ def test_gold_fix_is_rewarded_and_traced(records, tmp_path):
     assert steps[0].state.messages[0]["content"].startswith(record["problem_statement"].strip()[:40])
     assert steps[0].action.tool_call.name == "run_tests" and steps[1].state.messages[-1]["role"] == "tool"
     assert steps[-1].reward == 1.0 and steps[-1].outcome["resolved"] and "@@" in steps[-1].outcome["patch"]
+    assert tuple(steps[-1].outcome["tampering"]["layers"]) == layers.NAMES  # which layers graded it, in the record
     assert steps[0].task_id == record["instance_id"] and steps[0].meta["tests"] == {**{t: False for t in f2p},
                                                                                     **{t: True for t in p2p}}
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from composer.env import tools
-from composer.env.defences import probes
+from composer.env.containment import sandbox
+from composer.env.defences import layers, probes
 from composer.env.embedded import tasks
 from composer.env.real import container, swebench
 
@@ -89,12 +90,31 @@ def test_a_changed_file_longer_than_the_scan_reads_scores_0(records, monkeypatch
     """A prediction from elsewhere has no file cap: a payload past what the scan reads would run unscanned, so the
     file scores 0 (the limit lowered here to show it on a small file); the gold patch alone still resolves."""
     gold = records[0]
-    monkeypatch.setattr(swebench, "SCAN_LIMIT", 20_000)  # above the task's own files
+    monkeypatch.setattr(layers, "SCAN_LIMIT", 20_000)  # above the task's own files
     padded = "--- /dev/null\n+++ b/padding.py\n@@ -0,0 +1,2 @@\n+X = '" + "x" * 30_000 + "'\n+import os\n"
     report = swebench.evaluate([pred(gold, gold["patch"] + padded)], records, run_id="t")["instances"]
     flagged = report[gold["instance_id"]]["tampering"]["flagged"]
     assert not report[gold["instance_id"]]["resolved"] and "a file too large to scan in padding.py" in flagged
     assert swebench.evaluate([pred(gold, gold["patch"])], records, run_id="t")["resolved_instances"] == 1
+
+
+def test_the_embedded_grader_reports_every_layer_and_the_read_only_copy_as_the_mode_gives_it(records):
+    """Each layer of composer.env.defences.layers by name, in every containment mode: the grading copy is read-only
+    only where runs have a filesystem of their own, and the plain mode's report says it is not."""
+    gold = records[0]
+    graded = swebench.evaluate([pred(gold, gold["patch"])], records, run_id="t")["instances"][gold["instance_id"]]
+    assert graded["resolved"] is True and tuple(graded["layers"]) == layers.NAMES
+    mode = sandbox.isolation()["mode"]
+    assert graded["layers"] == layers.statuses(
+        probes="on" if probes.held_out(gold) else "none: no held-out probe for this task (probes.refusal)",
+        **({} if sandbox.guarantees()["private_files"] else {"read_only": graded["layers"]["read_only"]}))
+    assert graded["layers"]["read_only"] == "on" or f'"{mode}" containment mode' in graded["layers"]["read_only"]
+    with sandbox.forced_mode("plain"):
+        plain = swebench.evaluate([pred(gold, gold["patch"])], records, run_id="t", grade_uncontained=True)
+    plain = plain["instances"][gold["instance_id"]]["layers"]
+    assert plain["read_only"].startswith('off: the "plain" containment mode gives runs no filesystem of their own')
+    assert {k: v for k, v in plain.items() if k != "read_only"} == {
+        k: v for k, v in graded["layers"].items() if k != "read_only"}
 
 
 def test_real_instances_need_a_container_engine_and_say_so(records, monkeypatch):

@@ -263,7 +263,7 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
     start (reset: the image's /testbed copied out, the episode's container up), run_tests and grading seconds, and
     episodes per second one at a time and `workers` at once. Then what grading's layers cost: the instance's probes
     computed once (container.held_out, into a composer cache of this run's own, so computed now), and the gold patch
-    graded with every layer and without each one (container.Layers), interleaved, two rounds."""
+    graded with every layer and without each one (container.SWITCHABLE), interleaved, two rounds."""
     from composer.env.real import container
 
     def play(gold: bool) -> dict:
@@ -286,16 +286,15 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
         finally:
             env.close()
 
-    def grading_s(layers: container.Layers) -> float:
+    def grading_s(off: tuple[str, ...]) -> float:
         gold = {"instance_id": record["instance_id"], "model_name_or_path": "gold", "model_patch": record["patch"]}
         start = time.perf_counter()
-        graded = container.grade(gold, record, timeout_s=600, layers=layers)
+        graded = container.grade(gold, record, timeout_s=600, off=off)
         assert graded["resolved"] and graded["probes"]["missed"] == 0, graded
         return time.perf_counter() - start
 
     begin = machine()
-    without = {"plain_values": container.Layers(plain_values=False), "probes": container.Layers(probes=False),
-               "read_only": container.Layers(read_only=False)}
+    without = {name: (name,) for name in container.SWITCHABLE}
     with tempfile.TemporaryDirectory(prefix="composer-bench-cache-") as cache, \
             mock.patch.dict(os.environ, {"COMPOSER_CACHE": cache}):
         start = time.perf_counter()
@@ -303,9 +302,9 @@ def measure_container(record: dict, episodes: int = 6, workers: int = 3) -> dict
         probes_once_s = time.perf_counter() - start
         timed = {name: [] for name in ["all", *without]}
         for _ in range(2):  # interleaved: the machine's drift hits every variant alike
-            timed["all"].append(grading_s(container.Layers()))
-            for name, layers in without.items():
-                timed[name].append(grading_s(layers))
+            timed["all"].append(grading_s(()))
+            for name, off in without.items():
+                timed[name].append(grading_s(off))
         runs = {}
         for n in (1, workers):
             start = time.perf_counter()

@@ -457,7 +457,9 @@ class CodingEnv(Environment[CodingAction, CodingObservation, CodingState]):
                                     grade_uncontained=self.config.grade_uncontained,
                                     grade_scan_only=self.config.grade_scan_only)
         report = summary["instances"][iid]
-        ep.submitted, ep.reward, ep.tampering = True, 1.0 if report["resolved"] else 0.0, report["tampering"]
+        # the trace record's tampering carries which layers graded it ("layers": absent where the tests never ran)
+        ep.submitted, ep.reward = True, 1.0 if report["resolved"] else 0.0
+        ep.tampering = {**report["tampering"], **({"layers": report["layers"]} if "layers" in report else {})}
         status = report.get("tests_status") or {}
         outcomes = {t: ok for kind in ("FAIL_TO_PASS", "PASS_TO_PASS") for ok in (True, False)
                     for t in status.get(kind, {}).get("success" if ok else "failure", [])}

@@ -270,6 +270,15 @@ def guarantees(mode: str | None = None) -> dict[str, bool]:
             "pid_namespace": mode in ("root-ns", "user-ns", "pid-ns")}
 
 
+def read_only_copy() -> str:
+    """The "read_only" grading layer's status here (composer.env.defences.layers): "on" where a grading run's
+    repository copy is bound read-only (a filesystem of its own), else "off" and why."""
+    mode = _mode()
+    if mode in OWN_ROOT_MODES:
+        return "on"
+    return f'off: the "{mode}" containment mode gives runs no filesystem of their own (the grading copy is writable)'
+
+
 UNCONTAINED_GRADING = "COMPOSER_GRADE_UNCONTAINED"  # "1": grade in a mode whose runs read the caller's files
 
 

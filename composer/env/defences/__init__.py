@@ -7,8 +7,8 @@
 
 Owns grading (what of an agent's diff a grading run sees), canaries (tests planted at grading whose outcomes must
 come out a certain way), probes (held-out inputs whose expected values never enter the test process), real_probes
-(the same on a real test suite), literals (how canaries and probes move a literal) and tampering (the syntax-tree
-scan of changed source files). The layers against forged rewards and what still gets through, in one table:
+(the same on a real test suite), literals (how canaries and probes move a literal), tampering (the syntax-tree
+scan of changed source files) and layers (all of them in order: the one list both graders loop over). The layers against forged rewards and what still gets through, in one table:
 README.md beside this file. tests/test_env_attacks.py plays the attacks through the environment's tools.
 
 Imports composer.env.containment and composer.env.embedded (probes run the gold and buggy libraries in the

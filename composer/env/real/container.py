@@ -55,7 +55,7 @@ from pathlib import Path
 
 from composer import files, paths
 from composer.env.containment import patches, sandbox
-from composer.env.defences import canaries, grading, probes, real_probes, tampering
+from composer.env.defences import canaries, grading, layers, probes, real_probes
 
 NAMESPACE = "swebench"  # the Docker Hub organisation of the official instance images
 LABEL = "composer.env.container"  # on every container this module starts: `podman ps -a --filter label=...`
@@ -210,15 +210,20 @@ class Container:
         timed_out = done.returncode == 137 and time.monotonic() - start >= timeout_s - 1
         return done.returncode, done.stdout.decode(errors="replace"), timed_out
 
-    def read(self, path: str) -> bytes | None:
-        """A regular file's bytes (None: absent, or not a regular file)."""
+    def read(self, path: str, *, limit: int | None = None) -> bytes | None:
+        """A regular file's bytes, its first `limit` at most (None: absent, or not a regular file). Without a limit,
+        a file too large to come out whole (past MAX_OUTPUT, which keeps an output's end) is an error, not its end."""
         q = shlex.quote(path)
-        rc, out, _ = self.exec(f"if [ -f {q} ] && [ ! -L {q} ]; then base64 -w0 {q}; else exit 3; fi", timeout_s=60,
-                               workdir="/")
+        head = f"head -c {int(limit)} {q}" if limit is not None else f"cat {q}"
+        rc, out, _ = self.exec(f"if [ -f {q} ] && [ ! -L {q} ]; then set -o pipefail; {head} | base64 -w0; "
+                               "else exit 3; fi", timeout_s=60, workdir="/")
         if rc == 3:
             return None
         if rc != 0:
             raise RuntimeError(f"could not read {path} in container {self.name}: {out.strip()[-300:]}")
+        if len(out) >= MAX_OUTPUT:
+            raise RuntimeError(f"could not read {path} in container {self.name}: longer than the "
+                               f"{MAX_OUTPUT * 3 // 4:,} bytes a read brings out whole; read it with a limit")
         return base64.b64decode(out)
 
     def write(self, path: str, data: bytes) -> None:
@@ -319,25 +324,21 @@ ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed && cd 
 RUN_USER = "65534:65534"  # nobody: a grading's test run (see READ_ONLY)
 
 
-@dataclass(frozen=True)
-class Layers:
-    """What grading adds to the harness's run on a pytest instance beside the canaries, each on unless turned off
-    (bench env times each by grading without it; the tests show what each one catches)."""
-    probes: bool = True  # held-out probes (held_out, composer.env.defences.real_probes)
-    plain_values: bool = True  # the values the tests compare made plain (GRADING_PLUGIN)
-    read_only: bool = True  # the tests run as RUN_USER, the repository's files out of their reach (READ_ONLY)
+# the layers a grading can run without: to measure one (bench env) or show what it catches (the tests), never to train
+SWITCHABLE = ("probes", "plain_values", "read_only")
 
 
 def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: bool = True,
-          limits: Limits = Limits(), layers: Layers = Layers()) -> dict:
+          limits: Limits = Limits(), off: tuple[str, ...] = ()) -> dict:
     """The harness's report for one prediction (patch_is_None, patch_exists, patch_successfully_applied, resolved,
-    tests_status), `error`, and `tampering` ({"flagged": [...], "review": [...], "forged": [...]}, and for pytest
-    instances "missed": [...] and "probes", "plain_values", "read_only": "on", or why not), and for pytest instances
-    `probes` ({"total", "missed"}), from a fresh container.
+    tests_status), `error`, `tampering` ({"flagged": [...], "review": [...], "forged": [...]}, and for pytest
+    instances "missed": [...]), `layers` (every grading layer of composer.env.defences.layers: "on", or why not;
+    once the tests ran) and for pytest instances `probes` ({"total", "missed"}), from a fresh container. `off`: layers
+    of SWITCHABLE to grade without, to measure one or show what it catches.
 
     As the harness does it (see the module doc), with these additions: the changed source files are scanned
-    (composer.env.defences.tampering; a patch with decisive findings is not run when flag_tampering), and where the test
-    command is pytest, the canaries (composer.env.defences.canaries; the tests renamed alike) and the instance's
+    (composer.env.defences.layers.scan; a patch with decisive findings is not run when flag_tampering), and where the
+    test command is pytest, the canaries (composer.env.defences.canaries; the tests renamed alike) and the instance's
     held-out probes (held_out) are planted in the test files after the test patch, and the tests run with plain values
     (GRADING_PLUGIN), as a uid that cannot change the repository's files (READ_ONLY). A canary with the wrong
     outcome or a probe without the gold patch's outcome means not resolved."""
@@ -351,14 +352,16 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
     env, start, end = _eval_parts(script)
     test_ids = [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]
     pytest = not scan_only(record)
-    held = held_out(record, limits=limits) if pytest and layers.probes else None
+    if unknown := sorted(set(off) - set(SWITCHABLE)):
+        raise ValueError(f"grade(off={unknown}): a grading runs without {list(SWITCHABLE)} only")
+    held = held_out(record, limits=limits) if pytest and "probes" not in off else None
     with Container(image(record), limits=limits) as box:
         before, error = _apply(box, patch)
         if error:
             report["error"] = error
             return report
-        report["tampering"].update(tampering.report(before, {p: box.read(f"/testbed/{p}") for p in before}))
-        report["tampering"]["flagged"] += grading.misread_findings(before, patches.diff_paths(record["test_patch"]))
+        after = {p: box.read(f"/testbed/{p}", limit=layers.SCAN_LIMIT + 1) for p in before}
+        report["tampering"].update(layers.scan(before, after, patches.diff_paths(record["test_patch"])))
         if report["tampering"]["flagged"] and flag_tampering:
             return {**report, "error": "not run: the patch tampers with the test run (tampering['flagged'])"}
         box.write("/eval_setup.sh", _script(script[:start]))
@@ -373,11 +376,11 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
                 text, here = real_probes.plant(text, [p for p in held.probes if p.file == f] if held else [], rng)
                 mine.update(here)
                 box.write(f"/testbed/{f}", text.encode("utf-8", "surrogateescape"))
-            load, log = _plugin(box, _base_classes(box, before) if layers.plain_values else None, list(before))
+            load, log = _plugin(box, _base_classes(box, before) if "plain_values" not in off else None, list(before))
         if not timed_out:
             # the eval script's tests, not the test files' reset after them (for a container the harness keeps)
             rc, run_output, timed_out = _run(box, env + load + script[start:end + 1], timeout_s=timeout_s,
-                                             read_only=pytest and layers.read_only)
+                                             read_only=pytest and "read_only" not in off)
             output += run_output
             recorded = real_probes.recorded(_read_log(box, log)) if mine else {}
     if timed_out:
@@ -388,15 +391,18 @@ def grade(prediction: dict, record: dict, *, timeout_s: float, flag_tampering: b
         return report
     graded, report["tampering"]["forged"] = _graded(spec, record, output, planted)
     if not pytest:
+        off = "off: the test command is not pytest (scan only)"
+        report["layers"] = layers.statuses(canaries=off, probes=off, plain_values=off, read_only=off)
         return {**report, **graded}
     missed = real_probes.missed(mine, recorded)
     report["probes"] = {"total": len(mine), "missed": len(missed)}
-    report["tampering"].update(
-        missed=missed, probes="off" if held is None else f"none: {held.why}" if held.why else "on",
-        plain_values="off" if not layers.plain_values else next(
+    report["tampering"]["missed"] = missed
+    report["layers"] = layers.statuses(
+        probes="off" if held is None else f"none: {held.why}" if held.why else "on",
+        plain_values="off" if "plain_values" in off else next(
             ("off: " + line.split(PLAIN_OFF, 1)[1] for line in output.splitlines() if line.startswith(PLAIN_OFF)),
             "on"),
-        read_only="on" if layers.read_only else "off")
+        read_only="off" if "read_only" in off else "on")
     return {**report, **graded, **({"resolved": False} if missed else {})}
 
 
@@ -424,7 +430,7 @@ def _apply(box: Container, patch: str) -> tuple[dict[str, bytes | None], str | N
         patches.check_names(named)
     except patches.PatchError as e:
         return {}, f"patch refused: {e}"
-    before = {p: box.read(f"/testbed/{p}") for p in named}
+    before = {p: box.read(f"/testbed/{p}", limit=layers.SCAN_LIMIT + 1) for p in named}  # what the scan reads
     box.write("/tmp/patch.diff", patch.encode())
     listed = _tree(box)
     for apply in GIT_APPLY_CMDS:

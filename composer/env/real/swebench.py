@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from composer.env.containment import patches, sandbox
-from composer.env.defences import canaries, grading, probes, tampering
+from composer.env.defences import canaries, grading, layers, probes
 from composer.env.embedded import tasks
 from composer.env.real import container
 from composer.paths import ROOT
@@ -342,8 +342,7 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
             before = {p: named[p] for p in changed}
             report["patch_successfully_applied"] = True
             after = {p: _text(repo, p) for p in changed}
-            report["tampering"].update(tampering.report(before, after))
-            report["tampering"]["flagged"] += grading.misread_findings(before, test_paths) + _too_large(after)
+            report["tampering"].update(layers.scan(before, after, test_paths))
             patches.apply_unified_diff(repo, instance["test_patch"])
         except (ValueError, patches.SandboxError) as e:
             report["error"] = str(e)
@@ -360,6 +359,9 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
     outcomes, report["tampering"]["forged"], missed = planted.read(run.outcomes, missing=run.missing,
                                                                    timed_out=run.timed_out, properties=run.properties)
     report["probes"] = {"total": len(planted.probes), "missed": len(missed)}
+    report["layers"] = layers.statuses(
+        probes="on" if planted.probes else "none: no held-out probe for this task (probes.refusal)",
+        read_only=sandbox.read_only_copy())
     report["error"] = run.error
 
     def split(ids):
@@ -374,18 +376,9 @@ def _evaluate_embedded(patch: str, instance: dict, report: dict, timeout_s: floa
     return report
 
 
-SCAN_LIMIT = 8 << 20  # bytes of a changed file the tampering scan reads; a longer one scores 0 (_too_large)
-
-
 def _text(repo: Path, rel: str) -> bytes | None:
-    """A file's bytes for the tampering scan, one past SCAN_LIMIT at most (None: absent or not a regular file)."""
-    return patches.read_regular(patches.safe_path(repo, rel), SCAN_LIMIT + 1)
-
-
-def _too_large(after: dict) -> list[str]:
-    """Decisive findings for changed files longer than the scan reads: the rest would run unscanned (the agent's
-    tools cap a file far below; a prediction from elsewhere has no cap)."""
-    return [f"a file too large to scan in {p}" for p, text in after.items() if text and len(text) > SCAN_LIMIT]
+    """A file's bytes for the scan layers, one past their limit at most (None: absent or not a regular file)."""
+    return patches.read_regular(patches.safe_path(repo, rel), layers.SCAN_LIMIT + 1)
 
 
 def _summary(preds: dict, dataset_ids: list[str], reports: dict, run_id: str) -> dict:
