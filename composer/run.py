@@ -27,6 +27,7 @@ from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
 from composer import progress, report, verdicts
+from composer.allowed import KINDS, allows, fits, load_yaml
 from composer.files import write_atomic
 from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
 
@@ -35,7 +36,6 @@ from composer.paths import NOTEBOOKS, PARAMS, REPORTS, ROOT
 ORDER = ("005", "001", "002a", "002b", "003", "004")
 # "default": the notebook's own defaults, no file; "pilot": a few steps of a live profile, to measure its phase times
 PROFILES = ("default", "report", "live", "pilot")
-KINDS = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict}
 HTML_LIMIT = 5_000_000
 RUN_REPORTS = ROOT / "runs" / "reports"  # where runs at any profile but "report" write (git-ignored)
 
@@ -85,10 +85,8 @@ class Param(NamedTuple):
 
 # An allowed-values clause opens a parameter's comment: `k: int = 5  # {at least 1} calls per step`, with bounds
 # ("at least 1", "more than 0, at most 1", "less than 1"), choices ("topk | samples | logprobs", each read as YAML)
-# or "non-empty" (a list or text). Words, not ">=": papermill skips a parameter line holding a second "=".
+# or "non-empty" (a list or text), checked by composer.allowed.
 ALLOWED = re.compile(r"^\{([^{}]+)\}\s*")
-BOUND = re.compile(r"^(at least|at most|more than|less than)\s+(-?[0-9.]+(?:e-?[0-9]+)?)$")
-BOUNDS = {"at least": ">=", "at most": "<=", "more than": ">", "less than": "<"}
 ASSIGNMENT = re.compile(r"^\w+\s*(:[^=]*)?=")
 
 
@@ -117,48 +115,13 @@ def notebook_parameters(notebook) -> dict[str, Param]:
                       ALLOWED.sub("", p["help"] or ""))
         if param.allowed is not None:
             try:
-                fits = _allows(param.allowed, default)
+                fits = allows(param.allowed, default)
             except ValueError as e:
                 raise UsageError(f"{Path(notebook).name}: parameter {name}: {e}") from None
             if not fits:
                 raise UsageError(f"{Path(notebook).name}: parameter {name}'s default {default!r} is not {param.allowed}")
         spec[name] = param
     return spec
-
-
-def _allows(clause: str, value) -> bool:
-    """Whether value meets an allowed-values clause; ValueError for a clause that is none of the three forms."""
-    if clause == "non-empty":
-        return len(value) > 0
-    if "|" in clause:
-        return value in [load_yaml(choice.strip()) for choice in clause.split("|")]
-    bounds = [BOUND.match(part.strip()) for part in clause.split(",")]
-    if not all(bounds):
-        raise ValueError(f"{{{clause}}} is not an allowed-values clause ({{at least 1}}, {{more than 0, at most 1}}, "
-                         "{a | b}, {non-empty})")
-    return all(report.COMPARATORS[BOUNDS[m.group(1)]](value, float(m.group(2))) for m in bounds)
-
-
-def _fits(value, kind) -> bool:
-    if kind is None:
-        return True
-    if isinstance(value, bool) and kind != "bool":  # bool is an int to Python, not to us
-        return False
-    if kind == "float":
-        return isinstance(value, (int, float))
-    return isinstance(value, KINDS[kind])
-
-
-class _Loader(yaml.SafeLoader):
-    """yaml.safe_load, except that 1e-3 is a float (YAML 1.1 reads it as a string)."""
-
-
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
-
-
-def load_yaml(text):
-    """A parameter value (-p) or file, read as YAML."""
-    return yaml.load(text, Loader=_Loader)
 
 
 def _read_yaml(path) -> dict:
@@ -196,9 +159,9 @@ def effective_parameters(slug, *, profile="default", params_file=None, overrides
                 raise UsageError(f"{origin}: unknown parameter {name!r} for {slug}"
                                  + (f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(spec) or 'none'}"))
             kind, allowed = spec[name].kind, spec[name].allowed
-            if not _fits(value, kind):
+            if not fits(value, kind):
                 raise UsageError(f"{origin}: parameter {name!r} of {slug} expects {kind}, got {type(value).__name__} {value!r}")
-            if allowed is not None and not _allows(allowed, value):
+            if allowed is not None and not allows(allowed, value):
                 raise UsageError(f"{origin}: parameter {name!r} of {slug} must be {allowed}, got {value!r}")
             values[name] = value
     try:

@@ -21,6 +21,7 @@ import pytest
 
 from composer import tether
 from composer.ab import cluster, preparation, training
+from test_ab_training import _parameters
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the jobs below call this file's functions on the node
@@ -105,11 +106,7 @@ def test_004_through_slurm_equals_the_local_executor(slurm_cluster, tmp_path):
     in sacct, COMPLETED; each evaluation waited on its training (afterok); the outcomes per arm, seed, task and
     sample equal two local workers' on the same plan; a rerun submits nothing. The slow tier's: its jobs twice over,
     locally and through SLURM (the fast tier submits through the same cluster in the two tests below)."""
-    from composer import run
-
-    values, _ = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")
-    parameters = {**values, "pairs_dir": "", "seeds": 2, "arms": {"A": {}, "B": {"trace_replay_weight": 0.5,
-                                                                               "pairs": "pairs"}}}
+    parameters = _parameters(pairs_dir="", seeds=2, arms={"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"}})
     plan = training.plan_from_parameters(parameters, preparation.prepare(parameters, tmp_path / "inputs"))
     local = training.run(plan, tmp_path / "local", workers=2, progress=False)
     settings = {"cpus_per_task": 1, "poll_s": 1.0, "timeout_min": 20}

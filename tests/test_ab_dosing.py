@@ -3,22 +3,27 @@
     .venv/bin/pytest tests/test_ab_dosing.py
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from composer.ab import dosing
+from composer.ab.parameters import ABParameters
 
-PARAMETERS = {"arms": {"A": {}, "B+": {"trace_replay_weight": 0.5, "pairs": "expert"}}, "steps": 2,
-              "prompts_per_step": 2, "learning_rate": 1e-4, "generations": 4,
-              "trainer_config": {"trace_replay_batch_size": 10, "gradient_checkpointing": False}}
+PARAMETERS = ABParameters(arms={"A": {}, "B+": {"trace_replay_weight": 0.5, "pairs": "expert"}}, treatment="B+",
+                          control="", steps=2, prompts_per_step=2, learning_rate=1e-4, generations=4,
+                          trainer_config={"trace_replay_batch_size": 10, "gradient_checkpointing": False})
 
 
 def test_a_dose_overrides_the_shared_budget_and_merges_trainer_config():
     at = dosing.apply(PARAMETERS, {"learning_rate": 1e-3, "trainer_config": {"trace_replay_batch_size": 20}})
-    assert at["learning_rate"] == 1e-3 and at["steps"] == 2 and at["arms"] == PARAMETERS["arms"]
-    assert at["trainer_config"] == {"trace_replay_batch_size": 20, "gradient_checkpointing": False}
-    assert PARAMETERS["learning_rate"] == 1e-4 and PARAMETERS["trainer_config"]["trace_replay_batch_size"] == 10
+    assert at.learning_rate == 1e-3 and at.steps == 2 and at.arms == PARAMETERS.arms
+    assert at.trainer_config == {"trace_replay_batch_size": 20, "gradient_checkpointing": False}
+    assert PARAMETERS.learning_rate == 1e-4 and PARAMETERS.trainer_config["trace_replay_batch_size"] == 10
     assert dosing.apply(PARAMETERS, {}) == PARAMETERS
+    with pytest.raises(ValueError, match="004 parameter learning_rate: must be more than 0, got -0.001"):
+        dosing.apply(PARAMETERS, {"learning_rate": -1e-3})  # a dose's value is checked as the parameter's
 
 
 @pytest.mark.parametrize("dose, match", [
@@ -93,13 +98,15 @@ def test_nested_doses_are_named_by_their_step_of_the_one_training():
 def test_the_trainings_of_a_dose_response_nested_or_not():
     """Nested doses share one training, read at each checkpoint and its last step; doses are each a training; both
     at once are refused before anything trains."""
-    assert dosing.trainings(PARAMETERS, [], [1]) == ([PARAMETERS], [1, None], ["step 1 of 2", "step 2 of 2"])
-    assert dosing.trainings(PARAMETERS, [], []) == ([PARAMETERS], [None], ["as set"])
-    at, steps, names = dosing.trainings(PARAMETERS, [{}, {"learning_rate": 1e-3}], [])
-    assert at == [PARAMETERS, {**PARAMETERS, "learning_rate": 1e-3}] and steps == [None, None]
+    nested = dataclasses.replace(PARAMETERS, checkpoints=[1])
+    assert dosing.trainings(nested) == ([nested], [1, None], ["step 1 of 2", "step 2 of 2"])
+    assert dosing.trainings(PARAMETERS) == ([PARAMETERS], [None], ["as set"])
+    doses = dataclasses.replace(PARAMETERS, doses=[{}, {"learning_rate": 1e-3}])
+    at, steps, names = dosing.trainings(doses)
+    assert at == [doses, dataclasses.replace(doses, learning_rate=1e-3)] and steps == [None, None]
     assert names == ["learning_rate=0.0001", "learning_rate=0.001"]
-    with pytest.raises(ValueError, match=r"set doses \(a training per dose\) or checkpoints .* not both"):
-        dosing.trainings(PARAMETERS, [{}, {"steps": 4}], [1])
+    with pytest.raises(ValueError, match="004 parameters doses and checkpoints: set one, not both"):
+        dataclasses.replace(PARAMETERS, doses=[{}, {"steps": 4}], checkpoints=[1])
 
 
 @pytest.mark.slow

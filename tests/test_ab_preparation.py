@@ -4,6 +4,7 @@ train tasks), prepared once per run folder, and training.plan_from_parameters, w
     .venv/bin/pytest -q tests/test_ab_preparation.py
 """
 
+import dataclasses
 import json
 import os
 
@@ -29,12 +30,11 @@ def test_the_plan_is_made_from_the_parameters_and_the_inputs_alone(tmp_path):
     parameters = _parameters(arms={"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"}}, seeds=2)
     plan = training.plan_from_parameters(parameters, inputs)
     assert (plan.student, plan.train, plan.test, plan.env) == (inputs.student, inputs.train, inputs.test, inputs.env)
-    assert plan.pairs == {"pairs": str(tmp_path / "no-pairs")} and plan.seeds == 2 and plan.arms == parameters["arms"]
-    assert plan.evaluation["max_new_tokens"] == 77 and plan.grpo["steps"] == parameters["steps"]
+    assert plan.pairs == {"pairs": str(tmp_path / "no-pairs")} and plan.seeds == 2 and plan.arms == parameters.arms
+    assert plan.evaluation["max_new_tokens"] == 77 and plan.grpo["steps"] == parameters.steps
     assert not any(tmp_path.iterdir())
     with pytest.raises(ValueError, match="needs 'pairs', one of \\['pairs'\\]; got 'expert'"):
-        training.plan_from_parameters({**parameters, "arms": {"B+": {"trace_replay_weight": 0.5, "pairs": "expert"}}},
-                                  inputs)
+        training.plan_from_parameters(parameters, inputs, arms={"B+": {"trace_replay_weight": 0.5, "pairs": "expert"}})
 
 
 def test_prepare_pairs_builds_once_per_source_and_student(tmp_path, monkeypatch):
@@ -129,8 +129,8 @@ def test_a_planted_positive_control_trains_on_the_test_tasks_and_only_it_may(tmp
         b = inputs.pairs["pairs"]["rows"]
         assert inputs.pairs["expert"]["rows"] == (max(b, len(inputs.test)) if split == "test" else b)
         assert split == "train" or made == {t["instance_id"] for t in inputs.test} and b < len(inputs.test)
-    with pytest.raises(ValueError, match="positive_control_tasks must be one of \\['test', 'train'\\], got 'held-out'"):
-        preparation.prepare(_parameters(positive_control_tasks="held-out"), tmp_path / "bad")
+    with pytest.raises(ValueError, match=r"004 parameter positive_control_tasks: must be train \| test, got 'held-out'"):
+        _parameters(positive_control_tasks="held-out")  # refused before anything is prepared
     # B's pairs are held out whatever B+'s are
     test_task = zoo.split_tasks(zoo.PROFILES["smoke"], "test")[0]["instance_id"]
     row = {"pair_id": "p", "task_id": test_task, "prompt": [{"role": "user", "content": "x"}], "chosen": "a",
@@ -164,7 +164,7 @@ def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_p
     again = preparation.prepare(parameters, tmp_path)
     assert calls == [4] and again.train == inputs.train  # measured once, then read back
     with pytest.raises(ValueError, match="1 of 4 screened train tasks .* a seed trains on 2: screen more"):
-        preparation.prepare({**parameters, "prompts_per_step": 2}, tmp_path)
+        preparation.prepare(dataclasses.replace(parameters, prompts_per_step=2), tmp_path)
     assert preparation.prepare(_parameters(arms={"A": {}}), tmp_path).screened is None
 
 
@@ -190,7 +190,7 @@ def test_a_pilots_within_reach_file_as_test_tasks_is_named_for_the_verdict(tmp_p
                                  f"once in 2 runs of the pilot at {folder}): the verdict speaks for these tasks only")
     other = folder / "tasks.jsonl"
     other.write_text(reach.read_text())
-    assert preparation.prepare({**parameters, "test_tasks": str(other)}, tmp_path / "run").test_scope is None
+    assert preparation.prepare(dataclasses.replace(parameters, test_tasks=str(other)), tmp_path / "run").test_scope is None
 
 
 def test_real_tasks_graded_by_the_scan_alone_stop_004_before_training_unless_opted_in(tmp_path, monkeypatch):

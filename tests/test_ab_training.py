@@ -17,6 +17,7 @@ import pytest
 
 from composer import zoo
 from composer.ab import preparation, training
+from composer.ab.parameters import ABParameters
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -194,14 +195,17 @@ def test_a_failing_job_is_named_and_the_finished_ones_are_kept(tmp_path, fake_jo
     assert finished == ["eval-A-s0", "eval-baseline", "train-A-s0"] and not list((tmp_path / "jobs").glob(".*"))
 
 
-def _parameters(**changes) -> dict:
+def _parameters(**changes) -> ABParameters:
+    """The notebook's parameters with `changes`; a role (reference, treatment, control, positive control) whose arm
+    the changed arms leave out is set to none."""
     from composer import run
 
-    values, _ = run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")
-    return {**values, **changes}
+    values = {**run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")[0], **changes}
+    roles = ("reference", "treatment", "control", "positive_control")
+    return ABParameters.of({**values, **{r: values[r] if values[r] in values["arms"] else "" for r in roles}})
 
 
-def _planned(parameters: dict, run_dir) -> tuple[training.Plan, preparation.Inputs]:
+def _planned(parameters: ABParameters, run_dir) -> tuple[training.Plan, preparation.Inputs]:
     inputs = preparation.prepare(parameters, run_dir)
     return training.plan_from_parameters(parameters, inputs), inputs
 

@@ -29,6 +29,7 @@ FLOORS = [
     ("composer.costs",),  # what a live run costs and detects (the plan, the pilot)
     ("composer.collection",),  # 002: traces from two substrates
     ("composer.disagreement",),  # 003: pairs from teacher disagreement
+    ("composer.ab.parameters",),  # 004's parameters, the typed config every step of 004 takes
     ("composer.ab.preparation",),  # 004's inputs, below the plan and jobs made from them
     ("composer.ab",),  # 004: the A/B
     ("composer.bench",),

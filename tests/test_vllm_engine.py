@@ -9,6 +9,7 @@ gets, its stop token, budget and per-turn seeds, the batch it is handed, and how
 its engine. The real engine on CPU: tests/test_vllm_cpu.py.
 """
 
+import dataclasses
 import os
 import sys
 from types import ModuleType, SimpleNamespace
@@ -18,6 +19,7 @@ import torch
 
 from composer import policies, vllm_engine
 from composer.ab import preparation, training
+from test_ab_training import _parameters
 from composer.env.defences import probes
 from composer.env.embedded import tasks
 from composer.env.environment import EnvConfig
@@ -114,8 +116,6 @@ def test_without_vllm_the_error_names_the_live_extra(monkeypatch):
 def test_grpo_through_vllm_switches_004s_screening_and_evaluations_to_it(tmp_path, monkeypatch):
     """One switch: trainer_config's use_vllm names the engine in the evaluation settings (and so in the evaluation
     jobs' keys); without it the settings and keys are the transformers ones they were."""
-    from composer import run
-
     engines = []
 
     def evaluate(student, tasks, *, n, engine="transformers", **_):  # every task solved in 1 of n rollouts
@@ -123,9 +123,8 @@ def test_grpo_through_vllm_switches_004s_screening_and_evaluations_to_it(tmp_pat
         return {}, [(t["instance_id"], [], float(j == 0), {}) for t in tasks for j in range(n)]
 
     monkeypatch.setattr(policies, "evaluate", evaluate)
-    settings = {**run.effective_parameters("004-ab-train-grpo-vs-trace-replay-dpo")[0],
-                "arms": {"A": {}}, "screen_tasks": 2, "generations": 2, "steps": 1, "prompts_per_step": 1}
-    vllm = {**settings, "trainer_config": {"use_vllm": True}}
+    settings = _parameters(arms={"A": {}}, screen_tasks=2, generations=2, steps=1, prompts_per_step=1)
+    vllm = dataclasses.replace(settings, trainer_config={"use_vllm": True})
     plan = training.plan_from_parameters(vllm, preparation.prepare(vllm, tmp_path))
     assert plan.evaluation["engine"] == "vllm" and engines == ["vllm"]
     plain = training.plan_from_parameters(settings, preparation.prepare(settings, tmp_path))

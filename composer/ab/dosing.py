@@ -4,11 +4,11 @@ design detects its positive control.
 
     from composer.ab import dosing
     dose = {"steps": 6, "trainer_config": {"num_iterations": 3}}  # 3 optimizer steps on each generation's rollouts
-    at = dosing.apply(parameters, dose)                          # the notebook's parameters at that dose
+    at = dosing.apply(parameters, dose)                          # the ABParameters at that dose
     dosing.labels(parameters, [{}, dose])                        # ["steps=2, num_iterations=1", "steps=6, ..."]
     dosing.read_at([{"low": -0.01}, {"low": 0.02}, {"low": 0.04}])  # 1: B is read at the first detected dose
     dosing.nested_labels(6, [2, 4])                              # ["step 2 of 6", "step 4 of 6", "step 6 of 6"]
-    dosing.trainings(parameters, [], [2, 4])                     # ([parameters], [2, 4, None], those labels)
+    dosing.trainings(parameters)                # checkpoints [2, 4]: ([parameters], [2, 4, None], those labels)
 
 Nested doses (the notebook's `checkpoints`) are checkpoints of one training per arm and seed, each evaluated like
 its last step (composer.ab.training): a dose-response over training length for the price of evaluations, each checkpoint
@@ -29,6 +29,7 @@ experiments: a B read at a dose where B+ was barely detected is weaker evidence 
 import dataclasses
 
 from composer.ab import analysis
+from composer.ab.parameters import ABParameters
 
 # the GRPO budget every arm shares; trainer_config entries (e.g. trace_replay_batch_size) are merged key by key
 DOSE_KEYS = ("steps", "prompts_per_step", "learning_rate", "trainer_config")
@@ -36,8 +37,9 @@ DOSE_KEYS = ("steps", "prompts_per_step", "learning_rate", "trainer_config")
 ARM_FIELDS = ("trace_replay_weight", "hint_distill_weight", "hint_source")
 
 
-def apply(parameters: dict, dose: dict) -> dict:
-    """The parameters at `dose` (a dict of DOSE_KEYS); a ValueError names a key that is not a dose and says why."""
+def apply(parameters: ABParameters, dose: dict) -> ABParameters:
+    """The parameters at `dose` (a dict of DOSE_KEYS), checked again; a ValueError names a key that is not a dose and
+    says why."""
     bad = sorted(set(dose) - set(DOSE_KEYS))
     if bad:
         raise ValueError(f"dose {dose}: {bad} cannot be dosed; a dose sets only {list(DOSE_KEYS)}, which every arm "
@@ -50,12 +52,12 @@ def apply(parameters: dict, dose: dict) -> dict:
     if arm_level:
         raise ValueError(f"dose {dose}: {arm_level} belong to the arms (in trainer_config they would reach A too); "
                          "dose what every arm gets alike, e.g. learning_rate or steps")
-    return {**parameters, **dose, "trainer_config": {**parameters["trainer_config"], **config}}
+    return dataclasses.replace(parameters, **{**dose, "trainer_config": {**parameters.trainer_config, **config}})
 
 
-def _settings(parameters: dict, dose: dict) -> dict:
+def _settings(parameters: ABParameters, dose: dict) -> dict:
     at = apply(parameters, dose)
-    return {**{k: at[k] for k in DOSE_KEYS if k != "trainer_config"}, **at["trainer_config"]}
+    return {**{k: getattr(at, k) for k in DOSE_KEYS if k != "trainer_config"}, **at.trainer_config}
 
 
 def _default(key: str):
@@ -66,7 +68,7 @@ def _default(key: str):
     return found.get(key)
 
 
-def labels(parameters: dict, doses: list[dict]) -> list[str]:
+def labels(parameters: ABParameters, doses: list[dict]) -> list[str]:
     """A short name for each dose: the settings that differ between the doses, at their values in that dose."""
     settings = [_settings(parameters, d) for d in doses]
     keys = list(dict.fromkeys(k for s in settings for k in s))
@@ -82,16 +84,13 @@ def nested_labels(steps: int, checkpoints: list[int]) -> list[str]:
     return [f"step {c} of {steps}" for c in [*checkpoints, steps]]
 
 
-def trainings(parameters: dict, doses: list[dict], checkpoints: list[int]) -> tuple[list[dict], list, list[str]]:
-    """The dose-response of the notebook's `doses` or `checkpoints` (nested doses), never both: the parameters of
-    each training it needs (one per dose, or the one nested doses share), the optimizer step at which each dose is
-    read (None: its training's last) and each dose's label."""
-    if doses and checkpoints:
-        raise ValueError(f"doses {doses} and checkpoints {checkpoints}: set doses (a training per dose) or checkpoints "
-                         "(nested doses: one training evaluated at several of its steps), not both")
-    if checkpoints:
-        return [parameters], [*checkpoints, None], nested_labels(parameters["steps"], checkpoints)
-    doses = doses or [{}]
+def trainings(parameters: ABParameters) -> tuple[list[ABParameters], list, list[str]]:
+    """The dose-response of the parameters' `doses` or `checkpoints` (nested doses; never both, which ABParameters
+    refuses): the parameters of each training it needs (one per dose, or the one nested doses share), the optimizer
+    step at which each dose is read (None: its training's last) and each dose's label."""
+    if parameters.checkpoints:
+        return [parameters], [*parameters.checkpoints, None], nested_labels(parameters.steps, parameters.checkpoints)
+    doses = parameters.doses or [{}]
     return [apply(parameters, dose) for dose in doses], [None] * len(doses), labels(parameters, doses)
 
 

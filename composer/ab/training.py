@@ -64,6 +64,7 @@ from trl import GRPOConfig
 
 from composer import tether
 from composer.ab import preparation
+from composer.ab.parameters import ABParameters
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
 from composer.policies import ENGINES
@@ -142,20 +143,21 @@ class Plan:
             raise ValueError(f"{len(overlap)} test tasks are also train tasks (e.g. {sorted(overlap)[0]})")
 
 
-def plan_from_parameters(p: dict, inputs: preparation.Inputs) -> Plan:
-    """The notebook's parameters (see notebooks/004-*.ipynb) and the inputs preparation.prepare made from them -> the
-    Plan. Loads no model and reads no file: the student, the splits, the environment, the turn budget and the pairs
-    datasets are the inputs'; the arms, seeds, GRPO budget and evaluation settings are the parameters'."""
+def plan_from_parameters(p: ABParameters, inputs: preparation.Inputs, arms: dict | None = None) -> Plan:
+    """The parameters and the inputs preparation.prepare made from them -> the Plan (of `arms`, a subset of p.arms,
+    where given). Loads no model and reads no file: the student, the splits, the environment, the turn budget and the
+    pairs datasets are the inputs'; the arms, seeds, GRPO budget and evaluation settings are the parameters'."""
     return Plan(
-        student=inputs.student, train=inputs.train, test=inputs.test, arms=p["arms"], seeds=p["seeds"],
+        student=inputs.student, train=inputs.train, test=inputs.test, arms=p.arms if arms is None else arms,
+        seeds=p.seeds,
         pairs={name: info["path"] for name, info in inputs.pairs.items()},
-        grpo=dict(steps=p["steps"], prompts_per_step=p["prompts_per_step"], generations=p["generations"],
-                  max_completion_length=p["max_completion_length"],
-                  max_tool_calling_iterations=p["max_tool_calling_iterations"], temperature=p["temperature"],
-                  learning_rate=p["learning_rate"], **p["trainer_config"]),
-        evaluation=dict(k=p["eval_k"], temperature=p["eval_temperature"], max_new_tokens=inputs.max_new_tokens,
-                        **preparation.evaluation_engine(p), seed=p["seed"]),
-        env=inputs.env, checkpoints=tuple(p["checkpoints"]))
+        grpo=dict(steps=p.steps, prompts_per_step=p.prompts_per_step, generations=p.generations,
+                  max_completion_length=p.max_completion_length,
+                  max_tool_calling_iterations=p.max_tool_calling_iterations, temperature=p.temperature,
+                  learning_rate=p.learning_rate, **p.trainer_config),
+        evaluation=dict(k=p.eval_k, temperature=p.eval_temperature, max_new_tokens=inputs.max_new_tokens,
+                        **preparation.evaluation_engine(p), seed=p.seed),
+        env=inputs.env, checkpoints=tuple(p.checkpoints))
 
 
 def model_folder(step: int | None) -> str:

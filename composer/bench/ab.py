@@ -19,6 +19,7 @@ its floor is how B feeds its pairs, the floor itself what they are.
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from composer import run
 from composer.ab import preparation, training
+from composer.ab.parameters import ABParameters
 from composer.costs import phases
 from composer.bench import machine
 from composer.trainer import ComposerConfig, encode_pairs
@@ -37,11 +39,12 @@ TARGETS = {"b_over_a_time": 1.5, "b_over_a_mem": 1.3}
 
 def measure(profile: str = "report", *, reference: str | None = None, treatment: str | None = None) -> dict:
     machine_at_start = machine()
-    params, _ = run.effective_parameters(SLUG, profile=profile)
-    reference, treatment = reference or params["reference"], treatment or params["treatment"]
+    params = ABParameters.of(run.effective_parameters(SLUG, profile=profile)[0])
+    reference, treatment = reference or params.reference, treatment or params.treatment
     with tempfile.TemporaryDirectory(prefix="composer-bench-ab-") as tmp:
-        arms = {name: params["arms"][name] for name in (reference, treatment)}
-        two_arms = {**params, "seeds": 1, "arms": arms}
+        arms = {name: params.arms[name] for name in (reference, treatment)}
+        two_arms = dataclasses.replace(params, seeds=1, arms=arms, reference=reference, treatment=treatment,
+                                       control="", positive_control="")
         inputs = preparation.prepare(two_arms, tmp)
         plan = training.plan_from_parameters(two_arms, inputs)
         start = time.perf_counter()
@@ -52,7 +55,7 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
                          "peak_rss_bytes": done[arm, 0]["train"]["peak_rss_bytes"],
                          "phases_s": phase_totals(steps[arm])}
                    for arm in plan.arms}
-        channel = {**params["trainer_config"], **arms[treatment]}
+        channel = {**params.trainer_config, **arms[treatment]}
         visits = len(steps[treatment]) * channel.get("trace_replay_batch_size", ComposerConfig.trace_replay_batch_size)
         pair_work = visits * tokens_per_pair(inputs.pairs[arms[treatment]["pairs"]]["path"], inputs.student) \
             if channel.get("trace_replay_weight", 0) > 0 else 0.0
@@ -62,8 +65,8 @@ def measure(profile: str = "report", *, reference: str | None = None, treatment:
     return {
         **ratios, "work_floor_time": round(floor, 3), "pair_tokens_trained": round(pair_work),
         "arms": per_arm, "reference": reference, "treatment": treatment, "profile": profile,
-        "scale": {k: params[k] for k in ("student", "steps", "prompts_per_step", "generations",
-                                         "max_completion_length", "env_max_steps")},
+        "scale": {k: getattr(params, k) for k in ("student", "steps", "prompts_per_step", "generations",
+                                                  "max_completion_length", "env_max_steps")},
         "pairs": {"source": inputs.pairs_source, **{n: i["rows"] for n, i in inputs.pairs.items()}},
         "targets": TARGETS, "meets_targets": {name: ratios[name] <= bound for name, bound in TARGETS.items()},
         "scope": "one seed's training per arm, each in a fresh process; evaluation excluded (the same per arm); "
