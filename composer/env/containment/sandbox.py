@@ -274,7 +274,7 @@ def read_only_copy() -> str:
     """The "read_only" grading layer's status here (composer.env.defences.layers): "on" where a grading run's
     repository copy is bound read-only (a filesystem of its own), else "off" and why."""
     mode = _mode()
-    if mode in OWN_ROOT_MODES:
+    if guarantees(mode)["private_files"]:
         return "on"
     return f'off: the "{mode}" containment mode gives runs no filesystem of their own (the grading copy is writable)'
 
