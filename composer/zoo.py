@@ -254,7 +254,7 @@ LM_WINDOW, LM_BATCH = 512, 4  # pretraining: 4 windows of 512 tokens per step
 SFT_WINDOW, SFT_BATCH = 1024, 2  # SFT: 2 windows (or whole episodes) per step
 
 
-def _loss(model, ids: list[int], mask: list[int]) -> tuple[torch.Tensor, int]:
+def episode_loss(model, ids: list[int], mask: list[int]) -> tuple[torch.Tensor, int]:
     """(summed cross-entropy over the masked tokens, their count) of one unpadded sequence."""
     x = torch.tensor([ids])
     # No padding and no attention mask: SDPA then takes its causal kernel, about twice as fast on CPU
@@ -268,7 +268,7 @@ def assistant_loss(model, examples: list[tuple[list[int], list[int]]]) -> float:
     """Mean cross-entropy per assistant token over whole episodes (what SFT minimises)."""
     model.eval()
     with torch.no_grad():
-        sums = [_loss(model, ids, mask) for ids, mask in examples]
+        sums = [episode_loss(model, ids, mask) for ids, mask in examples]
     return sum(float(s) for s, _ in sums) / max(sum(n for _, n in sums), 1)
 
 
@@ -332,7 +332,7 @@ def train(model, examples, spec: ModelSpec, *, prefix: int, library=()) -> dict[
                 n_tokens = sum(sum(m[1:]) for _, m in batch)  # a token-weighted mean over the batch
                 total_loss = 0.0
                 for ids, mask in batch:
-                    loss, _ = _loss(model, ids, mask)
+                    loss, _ = episode_loss(model, ids, mask)
                     (loss / n_tokens).backward()
                     total_loss += float(loss.detach())
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

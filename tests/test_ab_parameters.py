@@ -45,6 +45,12 @@ def test_every_profile_builds_the_config(profile):
     ({"treatment": "A"}, r"reference and treatment: two different arms, got 'A' twice"),
     ({"env_max_steps": 12}, r"max_tool_calling_iterations \(12\) must be above env_max_steps \(12\)"),
     ({"doses": [{"steps": 2}], "checkpoints": [1]}, r"doses and checkpoints: set one, not both"),
+    ({"arms": {"A": {}, "B": {}, "B+": {"start": "teacher"}}, "control": ""}, r"arm 'B\+' has start 'teacher'; one of"),
+    ({"arms": {"A": {}, "B": {"start": "planted"}}, "control": "", "positive_control": ""},
+     r"004 parameter treatment: arm 'B' starts planted; only the positive control may"),
+    ({"arms": {"A": {}, "B": {}, "B+": {"start": "planted", "trace_replay_weight": 0.5, "pairs": "expert"}},
+      "control": ""}, r"arm 'B\+' starts planted and trains on pairs"),
+    ({"plant_steps": 0}, r"004 parameter plant_steps: must be at least 1"),
 ])
 def test_a_bad_value_fails_at_construction_naming_the_field(changes, match):
     with pytest.raises(ValueError, match=match):

@@ -12,7 +12,7 @@ import pytest
 from test_ab_training import _parameters
 
 from composer import zoo
-from composer.ab import preparation, training
+from composer.ab import planting, preparation, training
 from composer.disagreement import pairs, reference_pairs
 from composer.env.environment import EnvConfig
 from composer.paths import ROOT
@@ -140,6 +140,27 @@ def test_a_planted_positive_control_trains_on_the_test_tasks_and_only_it_may(tmp
     with pytest.raises(ValueError, match="pairs come from test tasks"):
         preparation.prepare(_parameters(pairs_dir=str(tmp_path / "003"), positive_control_tasks="test"),
                           tmp_path / "leak")
+
+
+def test_a_planted_start_is_planted_on_the_evaluated_test_tasks_and_reaches_the_plan(tmp_path, monkeypatch):
+    given = []
+
+    def plant(student, tasks, env, *, steps, learning_rate, run_dir):
+        given.append(([t["instance_id"] for t in tasks], steps, learning_rate))
+        return {"path": str(tmp_path / "planted" / "model"), "steps": steps, "learning_rate": learning_rate,
+                "nll": [1.0, 0.5], "tasks": len(tasks)}
+
+    monkeypatch.setattr(planting, "plant", plant)
+    assert preparation.prepare(_parameters(oracle_pairs=1), tmp_path / "run").planted is None and not given
+    parameters = _parameters(oracle_pairs=1, arms={"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"},
+                                                   "B+": {"start": "planted"}}, control="", n_test=2,
+                             plant_steps=3, plant_learning_rate=0.01)
+    inputs = preparation.prepare(parameters, tmp_path / "run")
+    assert given == [([t["instance_id"] for t in inputs.test], 3, 0.01)] and len(inputs.test) == 2
+    assert "expert" not in inputs.pairs  # no arm trains on expert pairs
+    plan = training.plan_from_parameters(parameters, inputs)
+    assert plan.planted == str(tmp_path / "planted" / "model")
+    assert {j["arm"]: j["model"] for j in training.jobs(plan) if j["kind"] == "train"}["B+"] == plan.planted
 
 
 def test_screening_keeps_the_tasks_that_give_grpo_a_gradient_measured_once(tmp_path, monkeypatch):

@@ -51,6 +51,9 @@ def _pairs_file(tmp_path, text=None):
     (dict(arms={"A": {"trace_replay_weight": -1.0}}), "trace_replay_weight must be >= 0"),
     (dict(arms={"B": {"trace_replay_weight": 0.5}}), "arm 'B' has trace_replay_weight > 0 and needs 'pairs'"),
     (dict(arms={"baseline": {}}), "none called 'baseline'"),
+    (dict(arms={"planted": {}}), "none called 'baseline' or 'planted'"),
+    (dict(arms={"B+": {"start": "planted"}}), r"start 'planted' needs .* the plan's planted checkpoint"),
+    (dict(arms={"B+": {"start": "teacher"}}, planted="x/model"), r"arm 'B\+': start 'teacher' needs to be 'student'"),
     (dict(arms={}), "at least one arm"),
     (dict(seeds=0), "seeds must be >= 1"),
     (dict(grpo=dict(steps=4, prompts_per_step=2)), "8 tasks per seed, but the train split has 6"),
@@ -97,6 +100,33 @@ def test_job_keys_change_with_what_determines_the_job_and_only_that(tmp_path):
     changed = keys(_plan(tmp_path))
     assert changed[("train", "A", 0)] == base[("train", "A", 0)]
     assert changed[("train", "B", 0)] != base[("train", "B", 0)]
+
+
+def test_a_planted_start_trains_from_the_planted_checkpoint_and_leaves_other_keys_alone(tmp_path, fake_jobs):
+    def keys(plan):
+        return {(j["kind"], j["arm"], j["seed"]): j["key"] for j in training.jobs(plan)}
+
+    planted_dir = tmp_path / "inputs" / "planted-abc" / "model"
+    planted_dir.mkdir(parents=True)
+    (planted_dir / "weights").write_text("B, planted")  # the fakes read a model's folder: "B..." solves every task
+    arms = {"A": {}, "B+": {"start": "planted"}}
+    base, plan = keys(_plan(tmp_path, arms={"A": {}})), _plan(tmp_path, arms=arms, planted=str(planted_dir))
+    with_planted = keys(plan)
+    assert all(with_planted[k] == base[k] for k in base)  # the student's arms keep their keys
+    assert with_planted[("eval", "planted", None)].startswith("eval-planted-")
+    trains = {j["arm"]: j for j in training.jobs(plan) if j["kind"] == "train" and j["seed"] == 0}
+    assert (trains["A"]["model"], trains["B+"]["model"]) == ("tiny-student", str(planted_dir))
+    assert trains["B+"]["channels"] == {}  # trained as A is; only its start differs
+    # as A, from the student, B+'s training would hash as A's: the start is what tells them apart
+    assert with_planted[("train", "B+", 0)] != keys(_plan(tmp_path, arms={"A": {}, "B+": {}}))[("train", "B+", 0)]
+    moved = tmp_path / "inputs" / "planted-def" / "model"  # another plant (steps, rate, tasks): B+ retrains
+    shutil.copytree(planted_dir, moved)
+    other = keys(_plan(tmp_path, arms=arms, planted=str(moved)))
+    assert other[("train", "B+", 0)] != with_planted[("train", "B+", 0)] and other[("train", "A", 0)] == base[
+        ("train", "A", 0)]
+    done = training.run(plan, tmp_path, progress=False)
+    assert ("eval", "planted", None) in fake_jobs and training.outcomes(done, "planted", 2).all()
+    assert training.outcomes(done, "planted", 2).shape == training.outcomes(done, "baseline", 2).shape == (2, 3, 1)
 
 
 @pytest.fixture

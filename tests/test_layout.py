@@ -30,6 +30,7 @@ FLOORS = [
     ("composer.collection",),  # 002: traces from two substrates
     ("composer.disagreement",),  # 003: pairs from teacher disagreement
     ("composer.ab.parameters",),  # 004's parameters, the typed config every step of 004 takes
+    ("composer.ab.planting",),  # the planted checkpoint 004's positive control can start from
     ("composer.ab.preparation",),  # 004's inputs, below the plan and jobs made from them
     ("composer.ab",),  # 004: the A/B
     ("composer.bench",),

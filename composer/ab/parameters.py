@@ -7,8 +7,8 @@
 
 Each field's default, kind, allowed-values clause (composer.allowed) and help are the notebook's parameters cell's
 (notebooks/004-*.ipynb, which papermill fills): tests/test_ab_parameters.py holds the two equal. What one field
-alone cannot say is checked here too: the named arms among the arms, TRL's tool loop above the environment's,
-doses or checkpoints, not both. composer.ab.preparation makes the inputs from it, composer.ab.training the plan.
+alone cannot say is checked here too: the named arms among the arms, a planted start for the positive control
+alone, TRL's tool loop above the environment's, doses or checkpoints, not both. composer.ab.preparation makes the inputs from it, composer.ab.training the plan.
 
 Imports composer.allowed only: every floor of composer/ab/ stands on it.
 """
@@ -22,6 +22,7 @@ from composer.allowed import allows, fits
 ARMS = {"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"},
         "control": {"trace_replay_weight": 0.5, "pairs": "shuffled"},
         "B+": {"trace_replay_weight": 0.5, "pairs": "expert"}}
+STARTS = ("student", "planted")  # an arm's "start": the student, or composer.ab.planting's checkpoint of it
 
 
 def _p(default, help: str, allowed: str | None = None):
@@ -50,8 +51,8 @@ class ABParameters:
                             "\"\" or missing: oracle pairs stand in")
     oracle_pairs: int = _p(2, "when 003's pairs are missing: oracle pairs made from this many train tasks",
                            allowed="at least 1")
-    arms: dict = _p(ARMS, "name: ComposerConfig channel fields (+ \"pairs\": pairs | shuffled | expert)",
-                    allowed="non-empty")
+    arms: dict = _p(ARMS, "name: ComposerConfig channel fields (+ \"pairs\": pairs | shuffled | expert; + \"start\": "
+                          "student | planted, the checkpoint it trains from)", allowed="non-empty")
     reference: str = _p("A", "the arm B is judged against")
     treatment: str = _p("B", "the arm under test")
     control: str = _p("control", "shuffled-label arm reported beside the treatment (\"\": none)")
@@ -59,8 +60,12 @@ class ABParameters:
         "train", "where B+'s expert pairs come from: the train split (how far known-good pairs reach held-out tasks) "
         "or the evaluated test tasks (a planted effect the design must see, said in the report)",
         allowed="train | test")
-    positive_control: str = _p("B+", "the arm trained on expert pairs, which the design must detect before B is read "
-                                     "(\"\": none)")
+    positive_control: str = _p("B+", "the arm with a known advantage (expert pairs, or \"start\": \"planted\"), which the "
+                                     "design must detect before B is read (\"\": none)")
+    plant_steps: int = _p(8, "an arm with \"start\": \"planted\" trains from the student after this many full-batch "
+                             "steps on the expert's demonstrations of the evaluated test tasks (composer.ab.planting)",
+                          allowed="at least 1")
+    plant_learning_rate: float = _p(0.001, "those steps' (AdamW)", allowed="more than 0")
     seeds: int = _p(2, "training seeds per arm (checkpoint, task order, generation seeds are shared by all arms of a "
                        "seed)", allowed="at least 1")
     n_test: int = _p(0, "held-out test tasks evaluated (0: all of test_tasks)", allowed="at least 0")
@@ -121,6 +126,17 @@ class ABParameters:
             if getattr(self, role) and getattr(self, role) not in self.arms:
                 raise ValueError(f"004 parameter {role}: {getattr(self, role)!r} is not one of the arms "
                                  f"{list(self.arms)}; name one of them (or \"\" where none is allowed)")
+        starts = {name: arm.get("start", "student") for name, arm in self.arms.items()}
+        for name, start in starts.items():
+            if start not in STARTS:
+                raise ValueError(f"004 parameter arms: arm {name!r} has start {start!r}; one of {list(STARTS)}")
+            if start == "planted" and self.arms[name].get("trace_replay_weight", 0) > 0:
+                raise ValueError(f"004 parameter arms: arm {name!r} starts planted and trains on pairs, whose reference "
+                                 "log-probs are the student's; a planted arm trains as the reference does")
+        for role in ("reference", "treatment", "control"):
+            if getattr(self, role) and starts[getattr(self, role)] != "student":
+                raise ValueError(f"004 parameter {role}: arm {getattr(self, role)!r} starts planted; only the positive "
+                                 "control may (its advantage is planted, not trained)")
         if self.reference == self.treatment:
             raise ValueError(f"004 parameters reference and treatment: two different arms, got {self.reference!r} "
                              "twice")

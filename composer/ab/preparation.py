@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from composer.ab import planting
 from composer.ab.parameters import ABParameters
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
@@ -35,7 +36,8 @@ class Inputs:
     successes, the samples per task and how many were kept; `test_scope`: None, or in words which tasks the test
     tasks are when they are a pilot's within-reach file (composer.costs.pilot.reach_scope); `scan_only`: how many real
     tasks are graded by the tampering scan alone, on the opt-in (container.scan_only_refusal); `no_probes`: {id: why}
-    of the real tasks passed over for having no held-out probes (container.probes_refusal)."""
+    of the real tasks passed over for having no held-out probes (container.probes_refusal); `planted`: None, or
+    composer.ab.planting.plant's dict (the checkpoint an arm with "start": "planted" trains from)."""
 
     student: str
     profile: object
@@ -50,6 +52,7 @@ class Inputs:
     test_scope: str | None = None
     scan_only: int = 0
     no_probes: dict = dataclasses.field(default_factory=dict)
+    planted: dict | None = None
 
 
 def prepare_pairs(run_dir, name: str, make, *, student, source_key: str) -> dict:
@@ -100,7 +103,8 @@ def prepare(p: ABParameters, run_dir) -> Inputs:
     p.oracle_pairs train tasks and their shuffled control; "expert": reference_pairs.expert_pairs, as many as B's
     (the positive control's), on the train split or, with p.positive_control_tasks "test", on the evaluated test
     tasks themselves (a planted effect), then at least one per test task; only the datasets some arm trains on are
-    made. With p.screen_tasks, GRPO trains only on those first train tasks whose success rate `screen` finds
+    made. An arm with "start": "planted" gets composer.ab.planting's checkpoint of the student on the evaluated test
+    tasks. With p.screen_tasks, GRPO trains only on those first train tasks whose success rate `screen` finds
     strictly between 0 and 1. Refuses real SWE-bench tasks that the tampering scan alone would grade or this
     machine cannot run, a control of another size than B's pairs, and pairs from test tasks (but the planted expert
     pairs); passes over real tasks without held-out probes (Inputs.no_probes)."""
@@ -108,9 +112,12 @@ def prepare(p: ABParameters, run_dir) -> Inputs:
     max_new_tokens = p.max_new_tokens or profile.max_new_tokens
     made, pairs_source, oracle = _pairs(p, run_dir, student, train, test, max_new_tokens)
     train, screened = _screened(p, run_dir, student, train, env, max_new_tokens)
+    planted = planting.plant(student, test, env, steps=p.plant_steps, learning_rate=p.plant_learning_rate,
+                             run_dir=run_dir) if any(arm.get("start") == "planted" for arm in p.arms.values()) else None
     return Inputs(student=student, profile=profile, train=train, test=test, env=env, max_new_tokens=max_new_tokens,
                   pairs=made, pairs_source=pairs_source, oracle=oracle, screened=screened,
-                  scan_only=refused["scan_only"], no_probes=refused["no_probes"], test_scope=_test_scope(p))
+                  scan_only=refused["scan_only"], no_probes=refused["no_probes"], test_scope=_test_scope(p),
+                  planted=planted)
 
 
 def _local(source: str):

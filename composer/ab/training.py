@@ -72,6 +72,7 @@ from composer.progress import bar
 from composer.trainer import ComposerConfig, check_channels
 
 BASELINE = "baseline"
+PLANTED = "planted"  # an arm's start (ABParameters.arms) and the results' key of that checkpoint's evaluation
 CHANNEL_FIELDS = {f.name for f in dataclasses.fields(ComposerConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
 CHANNEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ComposerConfig) if f.name in CHANNEL_FIELDS}
 GRPO_DEFAULTS = dict(steps=1, prompts_per_step=1, generations=2, max_completion_length=1024,
@@ -98,6 +99,7 @@ class Plan:
     evaluation: dict = field(default_factory=dict)
     env: EnvConfig = field(default_factory=EnvConfig)
     checkpoints: tuple[int, ...] = ()  # optimizer steps before the last at which each training saves its model too
+    planted: str = ""  # the checkpoint an arm with "start": "planted" trains from (composer.ab.planting; "": none)
 
     def __post_init__(self):
         self.student = str(self.student)
@@ -115,13 +117,18 @@ class Plan:
         if self.evaluation.get("engine", "transformers") not in ENGINES:
             raise ValueError(f"evaluation: engine must be one of {ENGINES}, got {self.evaluation['engine']!r}")
         self.evaluation = {**EVAL_DEFAULTS, **self.evaluation}
-        if not self.arms or BASELINE in self.arms:
-            raise ValueError(f"arms must name at least one arm, none called {BASELINE!r}; got {list(self.arms)}")
+        if not self.arms or {BASELINE, PLANTED} & set(self.arms):
+            raise ValueError(f"arms must name at least one arm, none called {BASELINE!r} or {PLANTED!r}; got "
+                             f"{list(self.arms)}")
         for name, arm in self.arms.items():
-            bad = set(arm) - CHANNEL_FIELDS - {"pairs"}
+            bad = set(arm) - CHANNEL_FIELDS - {"pairs", "start"}
             if bad:
                 raise ValueError(f"arm {name!r}: {sorted(bad)} are not ComposerConfig channel fields "
-                                 f"({sorted(CHANNEL_FIELDS)}) or 'pairs'")
+                                 f"({sorted(CHANNEL_FIELDS)}), 'pairs' or 'start'")
+            if arm.get("start", "student") not in ("student", PLANTED) or (arm.get("start") == PLANTED
+                                                                          and not self.planted):
+                raise ValueError(f"arm {name!r}: start {arm['start']!r} needs to be 'student', or 'planted' with the "
+                                 "plan's planted checkpoint (composer.ab.planting)")
             check_channels(SimpleNamespace(**{**CHANNEL_DEFAULTS, **arm}))  # the message names the bad field
             if arm.get("trace_replay_weight", 0) > 0 and arm.get("pairs") not in self.pairs:
                 raise ValueError(f"arm {name!r} has trace_replay_weight > 0 and needs 'pairs', one of "
@@ -157,7 +164,7 @@ def plan_from_parameters(p: ABParameters, inputs: preparation.Inputs, arms: dict
                   learning_rate=p.learning_rate, **p.trainer_config),
         evaluation=dict(k=p.eval_k, temperature=p.eval_temperature, max_new_tokens=inputs.max_new_tokens,
                         **preparation.evaluation_engine(p), seed=p.seed),
-        env=inputs.env, checkpoints=tuple(p.checkpoints))
+        env=inputs.env, checkpoints=tuple(p.checkpoints), planted=inputs.planted["path"] if inputs.planted else "")
 
 
 def model_folder(step: int | None) -> str:
@@ -191,21 +198,30 @@ def jobs(plan: Plan) -> list[dict]:
     evaluation = dict(test=preparation.records_key(plan.test), **plan.evaluation)
     out = [{"kind": "eval", "arm": BASELINE, "seed": None, "model": plan.student,
             "key": f"eval-{BASELINE}-" + config_hash(model=base, **evaluation)}]
+    # the planted checkpoint by its folder's name (its hash: student, tasks, steps, learning rate), evaluated as the
+    # baseline is: what it starts with, before any GRPO step
+    planted = Path(plan.planted).parent.name if plan.planted else None
+    if planted:
+        out.append({"kind": "eval", "arm": PLANTED, "seed": None, "model": plan.planted,
+                    "key": f"eval-{PLANTED}-" + config_hash(model=base, planted=planted, **evaluation)})
     pair_keys = {}
     for seed, (name, arm) in itertools.product(range(plan.seeds), plan.arms.items()):
         pairs = arm.get("pairs") if arm.get("trace_replay_weight", 0) > 0 else None
         if pairs is not None and pairs not in pair_keys:
             pair_keys[pairs] = _file_key(plan.pairs[pairs])
-        channels = {k: v for k, v in arm.items() if k != "pairs"}
+        channels = {k: v for k, v in arm.items() if k not in ("pairs", "start")}
+        # a planted start is in the key; a student's start leaves the keys runs before planting had
+        start = {"start": planted} if arm.get("start") == PLANTED else {}
         # where the training logs (report_to) does not change what it trains: not in the key
         grpo = {k: v for k, v in plan.grpo.items() if k != "report_to"}
         # the checkpoints it saves are what its folder holds (without any, the keys runs before them had)
         saved = {"checkpoints": list(plan.checkpoints)} if plan.checkpoints else {}
         train_key = f"train-{name}-s{seed}-" + config_hash(
             **base, seed=seed, tasks=preparation.records_key(seed_tasks(plan, seed)), grpo=grpo, channels=channels,
-            pairs=pair_keys.get(pairs), **saved)
+            pairs=pair_keys.get(pairs), **saved, **start)
         out.append({"kind": "train", "arm": name, "seed": seed, "channels": channels,
-                    "pairs": plan.pairs[pairs] if pairs else None, "key": train_key})
+                    "pairs": plan.pairs[pairs] if pairs else None, "key": train_key,
+                    "model": plan.planted if start else plan.student})
         for step in plan.checkpoints:
             out.append({"kind": "eval", "arm": name, "seed": seed, "after": train_key, "step": step,
                         "key": f"eval-{name}-s{seed}-step{step}-" + config_hash(model=train_key, step=step,
@@ -236,7 +252,7 @@ def _train(plan: Plan, job: dict, out: Path) -> dict:
     dataset = pairs.load(job["pairs"]) if job["pairs"] else None
     # under a launcher the step's rollouts are shared out over its processes (collect.split_rollouts)
     trainer = collect.build_trainer(
-        plan.student, seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
+        job["model"], seed_tasks(plan, job["seed"]), out, env_config=plan.env, seed=job["seed"], checkpoint=False,
         recording_env=False, channels=job["channels"], pairs_dataset=dataset, **plan.grpo)
     if plan.checkpoints:
         trainer.add_callback(SaveAt())
@@ -355,8 +371,7 @@ def _run_job(plan: Plan, job: dict, jobs_dir: Path, fresh_process: bool, threads
         if job["kind"] == "train":
             result = _launched(plan, job, tmp, launch) if launch else _train(plan, job, tmp)
         else:
-            model = Path(plan.student if job["arm"] == BASELINE else
-                         jobs_dir / job["after"] / model_folder(job.get("step")))
+            model = Path(job["model"] if "model" in job else jobs_dir / job["after"] / model_folder(job.get("step")))
             result = _launched(plan, job, tmp, launch, model) if launch else _evaluate(plan, job, model)
         if fresh_process:
             result["peak_rss_bytes"] = peak_rss_bytes()
@@ -466,8 +481,8 @@ def run(plan: Plan, run_dir, *, workers: int = 0, progress: bool = True, train_o
         meter.close()
     results = {}
     for job in todo:
-        if job["arm"] == BASELINE:
-            results[BASELINE] = done[job["key"]]
+        if job["arm"] in (BASELINE, PLANTED):
+            results[job["arm"]] = done[job["key"]]
             continue
         cell = results.setdefault((job["arm"], job["seed"]), {"keys": ()})
         if job.get("step") is not None:
@@ -488,11 +503,12 @@ def at_step(results: dict, step: int | None) -> dict:
 
 
 def outcomes(results: dict, arm: str, seeds: int):
-    """seeds x tasks x samples of 0/1 for analysis.compare (the baseline: the same outcomes for every seed)."""
+    """seeds x tasks x samples of 0/1 for analysis.compare (the baseline and the planted checkpoint: the same outcomes
+    for every seed)."""
     import numpy as np
 
-    if arm == BASELINE:
-        return np.array([results[BASELINE]["outcomes"]] * seeds)
+    if arm in (BASELINE, PLANTED):
+        return np.array([results[arm]["outcomes"]] * seeds)
     return np.array([results[arm, s]["eval"]["outcomes"] for s in range(seeds)])
 
 
