@@ -127,6 +127,10 @@ def test_a_planted_start_trains_from_the_planted_checkpoint_and_leaves_other_key
     done = training.run(plan, tmp_path, progress=False)
     assert ("eval", "planted", None) in fake_jobs and training.outcomes(done, "planted", 2).all()
     assert training.outcomes(done, "planted", 2).shape == training.outcomes(done, "baseline", 2).shape == (2, 3, 1)
+    nested = _plan(tmp_path, arms=arms, planted=str(planted_dir), grpo=dict(steps=2, prompts_per_step=1),
+                   checkpoints=(1,))
+    at_1 = training.at_step(training.run(nested, tmp_path, progress=False), 1)  # read at a dose: evaluated once
+    assert training.outcomes(at_1, "planted", 2).all() and training.outcomes(at_1, "B+", 2).shape == (2, 3, 1)
 
 
 @pytest.fixture

@@ -498,7 +498,7 @@ def at_step(results: dict, step: int | None) -> dict:
     each cell's "eval" is that checkpoint's evaluation, its "train" the whole run's."""
     if step is None:
         return results
-    return {key: cell if key == BASELINE else {**cell, "eval": cell["checkpoints"][step]}
+    return {key: cell if key in (BASELINE, PLANTED) else {**cell, "eval": cell["checkpoints"][step]}
             for key, cell in results.items()}
 
 
