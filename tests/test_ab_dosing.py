@@ -56,6 +56,10 @@ def test_b_is_read_at_the_first_dose_that_detects_the_positive_control():
     assert dosing.read_at([diff(-0.02), diff(0.01), diff(0.03)]) == 1
     assert dosing.read_at([diff(0.0), diff(-0.01)]) is None  # an interval that reaches 0 detects nothing
     assert dosing.read_at([None, None]) is None  # no positive control
+    # planted: detected from the start, so B is read after the most training, and only if still detected there
+    assert dosing.read_at([diff(0.2), diff(0.2), diff(0.1)], planted=True) == 2
+    assert dosing.read_at([diff(0.2), diff(0.2), diff(-0.01)], planted=True) is None
+    assert dosing.read_at([], planted=True) is None
 
 
 @pytest.mark.slow

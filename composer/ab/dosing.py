@@ -1,12 +1,13 @@
 """Spike 004's dose-response: the same A/B at several doses that every arm gets alike (a higher learning rate,
 more steps, more pairs a step), B+ - A and B - A at each, and the dose at which B is read: the first at which the
-design detects its positive control.
+design detects its positive control (a planted one: the last, where it must still be detected).
 
     from composer.ab import dosing
     dose = {"steps": 6, "trainer_config": {"num_iterations": 3}}  # 3 optimizer steps on each generation's rollouts
     at = dosing.apply(parameters, dose)                          # the ABParameters at that dose
     dosing.labels(parameters, [{}, dose])                        # ["steps=2, num_iterations=1", "steps=6, ..."]
     dosing.read_at([{"low": -0.01}, {"low": 0.02}, {"low": 0.04}])  # 1: B is read at the first detected dose
+    dosing.read_at([{"low": 0.2}, {"low": 0.2}], planted=True)    # 1: a planted control's, the last if detected
     dosing.nested_labels(6, [2, 4])                              # ["step 2 of 6", "step 4 of 6", "step 6 of 6"]
     dosing.trainings(parameters)                # checkpoints [2, 4]: ([parameters], [2, 4, None], those labels)
 
@@ -94,7 +95,12 @@ def trainings(parameters: ABParameters) -> tuple[list[ABParameters], list, list[
     return [apply(parameters, dose) for dose in doses], [None] * len(doses), labels(parameters, doses)
 
 
-def read_at(positives: list[dict | None]) -> int | None:
-    """The index of the first dose whose positive control (a diff with estimate, low, high) the design detected;
-    None where none was (or there is no positive control)."""
+def read_at(positives: list[dict | None], *, planted: bool = False) -> int | None:
+    """The index of the dose at which B is read: the first whose positive control (a diff with estimate, low, high)
+    the design detected; for a planted control (a checkpoint's difference, there before any training, so its
+    detection says nothing about the dose) the last, if detected there: B is read after the most training. None
+    where no such dose is (or there is no positive control)."""
+    if planted:
+        return len(positives) - 1 if positives and positives[-1] is not None and analysis.detected(positives[-1]) \
+            else None
     return next((i for i, diff in enumerate(positives) if diff is not None and analysis.detected(diff)), None)
