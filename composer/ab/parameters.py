@@ -133,10 +133,10 @@ class ABParameters:
             if start == "planted" and self.arms[name].get("trace_replay_weight", 0) > 0:
                 raise ValueError(f"004 parameter arms: arm {name!r} starts planted and trains on pairs, whose reference "
                                  "log-probs are the student's; a planted arm trains as the reference does")
-        for role in ("reference", "treatment", "control"):
-            if getattr(self, role) and starts[getattr(self, role)] != "student":
-                raise ValueError(f"004 parameter {role}: arm {getattr(self, role)!r} starts planted; only the positive "
-                                 "control may (its advantage is planted, not trained)")
+        planted = [name for name, start in starts.items() if start == "planted" and name != self.positive_control]
+        if planted:
+            raise ValueError(f"004 parameter arms: arm {planted[0]!r} starts planted, but only the positive control "
+                             f"({self.positive_control!r}) may: its advantage is planted, not trained")
         if self.reference == self.treatment:
             raise ValueError(f"004 parameters reference and treatment: two different arms, got {self.reference!r} "
                              "twice")
