@@ -8,7 +8,8 @@
 Each field's default, kind, allowed-values clause (composer.allowed) and help are the notebook's parameters cell's
 (notebooks/004-*.ipynb, which papermill fills): tests/test_ab_parameters.py holds the two equal. What one field
 alone cannot say is checked here too: the named arms among the arms, a planted start for the positive control
-alone, TRL's tool loop above the environment's, doses or checkpoints, not both. composer.ab.preparation makes the inputs from it, composer.ab.training the plan.
+alone, TRL's tool loop above the environment's, doses or checkpoints, not both. composer.ab.preparation makes the
+inputs from it, composer.ab.training the plan.
 
 Imports composer.allowed only: every floor of composer/ab/ stands on it.
 """

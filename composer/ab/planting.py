@@ -11,6 +11,9 @@ NLL) never gave 004's report zoo more than +0.10 pass@1 at the report's dose, an
 from 0.25 to 0.00 in three steps (docs/results.md): the channel cannot plant an effect the design sees without
 breaking the student. The zoo's own loss on whole demonstrations (composer.zoo.episode_loss, assistant tokens only)
 moved it from 0.25 to 0.50 in 8 full-batch steps at 1e-3, and 0.83 in 12.
+
+It trains in this process with a plain AdamW loop over whole episodes, sized for the zoo's students (the report
+profile's control); the live profile keeps the expert-pairs B+, as a planted Qwen3-8B would need a GPU trainer.
 """
 
 import json

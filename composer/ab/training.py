@@ -16,14 +16,16 @@ each job cached under the hash of what determines its result.
     plan = training.plan_from_parameters(parameters, preparation.prepare(parameters, "runs/004"))
 
 An arm is a ComposerTrainer configuration: channel fields of ComposerConfig (trace_replay_weight,
-hint_distill_weight, hint_source, ...) plus `pairs`, the name of the DPO pairs dataset it trains on. Within a
-seed every arm starts from the same checkpoint, sees the same tasks in the same order (the seed shuffles the train
+hint_distill_weight, hint_source, ...) plus `pairs`, the name of the DPO pairs dataset it trains on, and `start`:
+"student", or "planted" (the plan's `planted` checkpoint, composer.ab.planting: a positive control's planted
+difference; it is evaluated once, as the baseline is). Within a seed every arm starts from the same checkpoint (but a
+planted one), sees the same tasks in the same order (the seed shuffles the train
 split, TRL's sampler uses the seed) and the same generation seeds, with the same GRPO budget (steps, prompts,
 generations): the pairs are extra signal, not extra rollouts. Every checkpoint, and the initial one (the
 baseline), is evaluated on the same test tasks with the same k sampling seeds per task.
 
 Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", arm, seed) -> per-task,
-per-sample outcomes; ("eval", "baseline"); with `checkpoints`, ("eval", arm, seed, step) -> the outcomes of the model
+per-sample outcomes; ("eval", "baseline"), and ("eval", "planted") where the plan has one; with `checkpoints`, ("eval", arm, seed, step) -> the outcomes of the model
 the training saved after that optimizer step. Nested doses: a dose-response over training length for the price of
 evaluations, each dose a checkpoint of one run (its learning-rate schedule and data order the whole run's, so the
 checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder under run_dir/jobs/ is named by
