@@ -55,18 +55,16 @@ def plant(student, tasks: list[dict], env: EnvConfig, *, steps: int, learning_ra
         opt = torch.optim.AdamW(model.parameters(), lr=learning_rate)
         nll = []
         model.train()
-        for step in range(steps + 1):  # the last pass only measures
+        for _ in range(steps):
             total = 0.0
-            with torch.set_grad_enabled(step < steps):
-                for ids, mask in examples:  # one episode at a time: no padding, no mask (zoo.episode_loss)
-                    loss, _ = zoo.episode_loss(model, ids, mask)
-                    if step < steps:
-                        (loss / tokens).backward()
-                    total += float(loss.detach())
+            for ids, mask in examples:  # one episode at a time: no padding, no mask (zoo.episode_loss)
+                loss, _ = zoo.episode_loss(model, ids, mask)
+                (loss / tokens).backward()
+                total += float(loss.detach())
             nll.append(round(total / tokens, 5))
-            if step < steps:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        nll.append(round(zoo.assistant_loss(model, examples), 5))  # after the last step
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "meta.json").write_text(json.dumps({"steps": steps, "learning_rate": learning_rate, "nll": nll,

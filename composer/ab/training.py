@@ -25,8 +25,8 @@ generations): the pairs are extra signal, not extra rollouts. Every checkpoint, 
 baseline), is evaluated on the same test tasks with the same k sampling seeds per task.
 
 Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", arm, seed) -> per-task,
-per-sample outcomes; ("eval", "baseline"), and ("eval", "planted") where the plan has one; with `checkpoints`, ("eval", arm, seed, step) -> the outcomes of the model
-the training saved after that optimizer step. Nested doses: a dose-response over training length for the price of
+per-sample outcomes; ("eval", "baseline"), and ("eval", "planted") where the plan has one; with `checkpoints`,
+("eval", arm, seed, step) -> the outcomes of the model the training saved after that optimizer step. Nested doses: a dose-response over training length for the price of
 evaluations, each dose a checkpoint of one run (its learning-rate schedule and data order the whole run's, so the
 checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder under run_dir/jobs/ is named by
 the hash of its configuration (for an evaluation, the hash of the model's training job): a rerun with the same
@@ -66,7 +66,7 @@ from trl import GRPOConfig
 
 from composer import tether
 from composer.ab import preparation
-from composer.ab.parameters import ABParameters
+from composer.ab.parameters import STARTS, ABParameters
 from composer.env.environment import EnvConfig
 from composer.files import config_hash, publish
 from composer.policies import ENGINES
@@ -74,7 +74,7 @@ from composer.progress import bar
 from composer.trainer import ComposerConfig, check_channels
 
 BASELINE = "baseline"
-PLANTED = "planted"  # an arm's start (ABParameters.arms) and the results' key of that checkpoint's evaluation
+PLANTED = STARTS[1]  # "planted": an arm's start (ABParameters.arms), and the results' key of that checkpoint's eval
 CHANNEL_FIELDS = {f.name for f in dataclasses.fields(ComposerConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
 CHANNEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ComposerConfig) if f.name in CHANNEL_FIELDS}
 GRPO_DEFAULTS = dict(steps=1, prompts_per_step=1, generations=2, max_completion_length=1024,
@@ -127,7 +127,7 @@ class Plan:
             if bad:
                 raise ValueError(f"arm {name!r}: {sorted(bad)} are not ComposerConfig channel fields "
                                  f"({sorted(CHANNEL_FIELDS)}), 'pairs' or 'start'")
-            if arm.get("start", "student") not in ("student", PLANTED) or (arm.get("start") == PLANTED
+            if arm.get("start", "student") not in STARTS or (arm.get("start") == PLANTED
                                                                           and not self.planted):
                 raise ValueError(f"arm {name!r}: start {arm['start']!r} needs to be 'student', or 'planted' with the "
                                  "plan's planted checkpoint (composer.ab.planting)")
