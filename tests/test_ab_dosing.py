@@ -138,3 +138,28 @@ def test_004_reads_nested_doses_from_one_training_per_arm_and_seed(tmp_path):
     assert trained == sorted(f"train-{arm}-s{s}" for arm in ("A", "B", "B+", "control") for s in range(seeds))
     at_step_1 = sorted(p.name.rsplit("-", 1)[0] for p in jobs.glob("eval-*-step1-*"))
     assert at_step_1 == sorted(f"eval-{arm}-s{s}-step1" for arm in ("A", "B", "B+", "control") for s in range(seeds))
+
+
+@pytest.mark.slow
+def test_004_with_a_planted_control_says_so_and_reads_b_at_the_last_dose(tmp_path):
+    """The notebook at smoke scale with B+ starting from a planted checkpoint and a checkpoint after step 1 of 2: the
+    planted checkpoint is evaluated once (its own row and metrics.planted), the report's note says what it is, and B
+    is read at the last dose if B+ is detected there (else, with none detected, at the last dose too)."""
+    from composer import report, run
+
+    slug = "004-ab-train-grpo-vs-trace-replay-dpo"
+    arms = {"A": {}, "B": {"trace_replay_weight": 0.5, "pairs": "pairs"},
+            "control": {"trace_replay_weight": 0.5, "pairs": "shuffled"}, "B+": {"start": "planted"}}
+    code = run.run(slug, overrides={"steps": 2, "checkpoints": [1], "arms": arms, "plant_steps": 2,
+                                    "run_dir": str(tmp_path / "run")}, reports_dir=tmp_path)
+    assert code == 0
+    results = report.read_results(tmp_path / slug / "executed.ipynb")
+    metrics = results["metrics"]
+    assert metrics["planted"]["steps"] == 2 and len(metrics["planted"]["nll"]) == 3
+    assert [row["arm"] for row in metrics["per_arm"]][:2] == ["baseline", "planted"]
+    assert len(metrics["outcomes"]["planted"]) == len(metrics["task_ids"])  # one evaluation: tasks x samples
+    assert any(note.startswith("the positive control B+ is planted: it trains as A does") for note in results["notes"])
+    response = metrics["dose_response"]
+    assert response["read_at"] == response["labels"][-1]
+    evaluated = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "run" / "jobs").glob("eval-planted-*"))
+    assert evaluated == ["eval-planted"]  # once, not per seed or dose
