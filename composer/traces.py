@@ -398,6 +398,28 @@ def _trace_problem(steps: list[StepRecord]) -> str | None:
     return None
 
 
+def prompt_messages(messages: list[dict]) -> list[dict]:
+    """The state's chat in a form datasets stores and chat templates read: roles, string content, tool calls
+    with their arguments as JSON strings, tool_call_id / name where present."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        msg = {"role": m["role"], "content": content or ""}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = [{"id": c.get("id") or "", "type": "function", "function": {
+                "name": c["function"]["name"],
+                "arguments": c["function"]["arguments"] if isinstance(c["function"]["arguments"], str)
+                else json.dumps(c["function"]["arguments"], ensure_ascii=False)}} for c in m["tool_calls"]]
+        if m.get("tool_call_id"):
+            msg["tool_call_id"] = m["tool_call_id"]
+        if m.get("name"):
+            msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
 def preview(record: StepRecord, *, chars: int = 160, tokens: int = 24) -> dict:
     """A record as a report shows it: long messages cut to `chars` characters and per-token arrays to `tokens`
     entries, each cut saying how much was left out (a rollout's token ids would otherwise fill pages)."""

@@ -1,6 +1,6 @@
 """Hand-built records that several test modules share: a teacher-replay `step` and its `query` answers, the
 `three_traces` (three traces with known rules) and a counting teacher server (tests/test_disagreement_pairs.py,
-test_disagreement_pair_stats.py, test_disagreement_policy_teachers.py), and a collected `record`
+test_disagreement_pair_stats.py, test_policy_teachers.py), and a collected `record`
 (test_collection_collect.py, test_collection_trace_checks.py).
 """
 
@@ -87,7 +87,7 @@ def counting_server(ignore_n=()):
             time.sleep(0.02 + int(hashlib.sha256(raw).hexdigest()[:4], 16) % 40 / 1000)
             n = 1 if body["model"] in ignore_n else body.get("n", 1)
             calls = [{"id": f"call_{i}", "type": "function", "function": {
-                "name": "bash", "arguments": json.dumps({"command": f"echo {body['seed']}-{i}"})}} for i in range(n)]
+                "name": "bash", "arguments": json.dumps({"command": f"echo {body.get('seed')}-{i}"})}} for i in range(n)]
             choices = [{"index": i, "finish_reason": "tool_calls",
                         "message": {"role": "assistant", "content": None, "tool_calls": [call]}}
                        for i, call in enumerate(calls)]

@@ -710,12 +710,12 @@ def test_003_live_runs_from_the_pilots_traces_through_the_simulated_teachers(scr
     """The 003 notebook's live path on the pilot's traces, with 001's three teachers pointed at the simulated
     providers (composer serve): no GPU, no key. The stand-ins echo, so no pairs; the report says offline."""
     import composer.run
-    from composer import report, teachers
+    from composer import report, stand_ins, teachers
 
     spec = pilot.student_spec(MODEL, base_url=scripted.base_url)
     run(spec, records[:1], tmp_path / "pilot", samples=1)
     specs = [teachers.TeacherSpec(**t) for t in teachers.DEFAULT_TEACHERS]
-    with teachers.offline_teachers(specs, time_scale=0.01) as local:
+    with stand_ins.offline_teachers(specs, time_scale=0.01) as local:
         live = [s.model_dump(include={"name", "model", "base_url", "provider", "max_tokens", "timeout_s"})
                 for s in local]
         code = composer.run.run("003", reports_dir=tmp_path / "reports", overrides={

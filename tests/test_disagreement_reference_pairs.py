@@ -7,6 +7,7 @@ control, oracle pairs from a task's fix) and the embedded traces.
 import json
 
 
+from composer import traces
 from composer.disagreement import pairs, reference_pairs
 from composer.disagreement.reference_pairs import embedded_traces, expert_pairs
 
@@ -103,7 +104,7 @@ def test_expert_pairs_choose_the_experts_next_action_over_the_students_own():
             instance = next(i for i in instances if i["instance_id"] == row["task_id"])
             messages, _, _ = policies.demonstrate(env, instance)
             at = 2 + 2 * row["step"]  # system, user, then an assistant call and its tool result per step
-            calls = [(m["role"], m.get("tool_calls")) for m in pairs.prompt_messages(messages[:at])]
+            calls = [(m["role"], m.get("tool_calls")) for m in traces.prompt_messages(messages[:at])]
             assert [(m["role"], m.get("tool_calls")) for m in row["prompt"]] == calls and row["rule"] == "expert"
             expert = messages[at]["tool_calls"][0]["function"]
             assert policies.parse_tool_call(row["chosen"]) == (expert["name"], json.loads(expert["arguments"]))

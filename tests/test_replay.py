@@ -20,7 +20,7 @@ from collections import Counter
 
 import pytest
 
-from composer import prices, replay, run, teachers
+from composer import prices, replay, run, stand_ins, teachers
 from composer.bench.replay import synthetic_traces
 from composer.paths import ROOT
 from composer.serve import serve
@@ -33,7 +33,7 @@ CANARY = "sk-or-v1-canary-" + "c0ffee" * 8
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return teachers.echo_tokenizer_dir()
+    return stand_ins.echo_tokenizer_dir()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from composer import prices, teachers
+from composer import prices, stand_ins, teachers
 from composer.providers import cost
 from composer.serve import serve
 from composer.teachers import OTHER, BudgetExceeded, Store, Teacher, TeacherSpec
@@ -26,7 +26,7 @@ GPT5_PRICES = {"input": 1.25, "output": 10.0, "cache_read": 0.125}
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return teachers.echo_tokenizer_dir()
+    return stand_ins.echo_tokenizer_dir()
 
 
 def spec(base_url, **overrides) -> TeacherSpec:

@@ -33,7 +33,7 @@ import time
 import numpy as np
 import psutil
 
-from composer import prices, replay, teachers, traces
+from composer import prices, replay, stand_ins, teachers, traces
 from composer.bench import machine
 
 TARGET_FANOUT = 1.10
@@ -69,7 +69,7 @@ def synthetic_traces(n_traces: int, n_steps: int) -> dict[str, list[traces.StepR
 
 def fanout(by_trace, steps: int, time_scale: float, seed: int) -> dict:
     specs = default_specs()
-    with teachers.offline_teachers(specs, time_scale=time_scale, seed=seed) as local, \
+    with stand_ins.offline_teachers(specs, time_scale=time_scale, seed=seed) as local, \
             tempfile.TemporaryDirectory() as tmp:
         result = asyncio.run(replay.replay(by_trace, local, tmp, steps=steps, concurrency=3 * len(by_trace),
                                            budget_usd=1e6, seed=seed))
@@ -90,7 +90,7 @@ def _cpu_s(server: psutil.Process) -> tuple[float, float]:
 def throughput(n_traces: int, n_steps: int, concurrency: int, seed: int) -> dict:
     specs = default_specs()
     by_trace = synthetic_traces(n_traces, n_steps)
-    with teachers.offline_teachers(specs, profile="zero", seed=seed) as local, tempfile.TemporaryDirectory() as tmp:
+    with stand_ins.offline_teachers(specs, profile="zero", seed=seed) as local, tempfile.TemporaryDirectory() as tmp:
         server = psutil.Process().children()[0]  # the stand-in server: this process's one child
         asyncio.run(replay.replay(synthetic_traces(1, 1), local, tmp + "/warm", budget_usd=1e6))  # imports, sockets
         client_cpu, server_cpu = _cpu_s(server)

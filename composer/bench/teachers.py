@@ -10,8 +10,8 @@ the cache concatenated at every token), which is how the server generated before
 The work is 003's at report scale on fewer traces: every step of the first `traces` traces of 002a's output
 (runs/002a-trace-collection-trl/traces.jsonl; where it is missing, 8 episodes of the scripted expert with detours,
 as 003 does, and the JSON says which), the zoo profile's three teachers served by composer.serve in this process,
-k samples per step and teacher in one seeded request, one torch thread (003's setting). Nothing is cached: both
-variants send every request (resume off). A warm-up request goes first, so neither pays the first-call costs. The
+k samples per step and teacher in one seeded request, one torch thread (003's setting). Nothing is cached: each
+variant replays into a fresh folder. A warm-up request goes first, so neither pays the first-call costs. The
 seeds are the same, but the server's shared-prompt attention adds in another order than SDPA, so a sample whose
 sampled token was a near tie can take another path: `differing_samples` counts the samples whose text differs
 (`same_answers` when none), and both variants' completion tokens are reported. Speedup is the plain wall time over
@@ -33,22 +33,20 @@ TRACES = ROOT / "runs/002a-trace-collection-trl/traces.jsonl"
 
 
 async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int, plain: bool) -> tuple[float, list]:
-    from composer.disagreement import policy_teachers
-    from composer.env.environment import tool_schemas
+    from composer import replay
     from composer.serve import serve
+    from composer.teachers import TeacherSpec
 
     with serve(models=teachers, seed=seed, plain=plain) as server, \
             tempfile.TemporaryDirectory(prefix="composer-bench-teachers-") as tmp:
-        endpoints = {name: {"base_url": server.base_url, "model": name} for name in teachers}
+        specs = [TeacherSpec(name=name, model=name, kind="policy", base_url=server.base_url, k=k, temperature=1.0,
+                             max_tokens=max_tokens, action_space="tools") for name in teachers]
         first = next(iter(by_trace))
-        await policy_teachers.query_policy_teachers({first: by_trace[first][:1]}, endpoints, Path(tmp) / "warm.jsonl",
-                                                    k=1, tools=tool_schemas(), max_tokens=4, seed=seed + 1,
-                                                    resume=False)
+        warm = [spec.model_copy(update={"k": 1, "max_tokens": 4}) for spec in specs]
+        await replay.replay({first: by_trace[first][:1]}, warm, Path(tmp) / "warm", concurrency=4, seed=seed + 1)
         start = time.perf_counter()
-        records = await policy_teachers.query_policy_teachers(
-            by_trace, endpoints, Path(tmp) / "queries.jsonl", k=k, tools=tool_schemas(), temperature=1.0,
-            max_tokens=max_tokens, seed=seed, resume=False)
-        return time.perf_counter() - start, records
+        result = await replay.replay(by_trace, specs, Path(tmp) / "queries", concurrency=4, seed=seed)
+        return time.perf_counter() - start, result.records
 
 
 def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: int = 256, seed: int = 0) -> dict:
@@ -78,7 +76,7 @@ def measure(profile: str = "report", traces: int = 20, k: int = 8, max_tokens: i
         "completion_tokens_plain": sum(q.completion_tokens or 0 for q in answers[True]),
         "traces_source": str(TRACES.relative_to(ROOT)) if TRACES.is_file() else "embedded fallback (8 episodes)",
         "profile": profile, "teachers": list(teachers), "k": k, "max_tokens": max_tokens,
-        "scope": "003's query_policy_teachers against composer.serve in this process, one torch thread, no cache",
+        "scope": "003's policy teachers (replay) against composer.serve in this process, one torch thread, no cache",
         **start, "seed": seed,
     }
 

@@ -215,15 +215,11 @@ def price(spec: teachers.TeacherSpec, *, tasks: int, samples: int, max_turns: in
 
 
 def student_prices(spec: teachers.TeacherSpec):
-    """The budget guard's prices of the student: its OpenRouter price (or simulated profile's); $0 for a model no
-    table knows on a loopback endpoint (a local server bills nothing); else PilotError (the cap could not hold)."""
-    from composer.providers import Prices
-
+    """The budget guard's prices of the student (teachers.endpoint_prices: $0 for an unknown model on loopback);
+    PilotError where no price is known (the cap could not hold)."""
     try:
-        return prices.guard_prices(spec.model)
+        return teachers.endpoint_prices(spec)
     except LookupError as e:
-        if urlsplit(spec.base_url).hostname in teachers.LOOPBACK:
-            return Prices(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0)
         raise PilotError(f"{e}: name the model as OpenRouter does (e.g. qwen/qwen3-8b), or serve it on this "
                          "machine") from e
 

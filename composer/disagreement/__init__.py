@@ -3,7 +3,6 @@ that do not come from teachers (004's positive control).
 
 - pairs.py            pairs from teacher disagreement, their controls, datasets with reference log-probs
 - pair_stats.py       the statistics pairs are judged by
-- policy_teachers.py  local checkpoints queried as teachers at the student's steps (003 offline)
 - reference_pairs.py  the scripted expert's pairs (004's positive control), oracle pairs, embedded traces
 
 Imports the shared library and the environment; nothing of costs, collection or ab (tests/test_layout.py checks).

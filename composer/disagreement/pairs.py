@@ -3,7 +3,7 @@
     from composer import replay, traces
     from composer.disagreement import pairs
     by_trace = traces.group_traces(traces.import_jsonl("runs/002a-trace-collection-trl/traces.jsonl"))
-    queries = replay.read_queries("runs/003/teacher_queries.jsonl")  # or policy_teachers' queries
+    queries = replay.read_queries("runs/003/teacher_queries.jsonl")
     ex = pairs.extract(by_trace, queries, pairs.PairParams(majority=0.5, ties="abstain"))
     ex.rows                        # pair records (dicts): prompt, chosen, rejected, margin, votes, ids, rule
     ex.steps, ex.problems          # one row per step (votes, disagreement, status); bad input, counted
@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Literal
 
 from composer import stats
+from composer.traces import prompt_messages
 from composer.teachers import OTHER, TeacherQuery
 from composer.actions import canonical_action, canonical_tool_call
 
@@ -271,28 +272,6 @@ def trace_outcome(steps) -> bool | None:
     if last.reward is not None:
         return last.reward > 0
     return None
-
-
-def prompt_messages(messages: list[dict]) -> list[dict]:
-    """The state's chat in a form datasets stores and chat templates read: roles, string content, tool calls
-    with their arguments as JSON strings, tool_call_id / name where present."""
-    out = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        msg = {"role": m["role"], "content": content or ""}
-        if m.get("tool_calls"):
-            msg["tool_calls"] = [{"id": c.get("id") or "", "type": "function", "function": {
-                "name": c["function"]["name"],
-                "arguments": c["function"]["arguments"] if isinstance(c["function"]["arguments"], str)
-                else json.dumps(c["function"]["arguments"], ensure_ascii=False)}} for c in m["tool_calls"]]
-        if m.get("tool_call_id"):
-            msg["tool_call_id"] = m["tool_call_id"]
-        if m.get("name"):
-            msg["name"] = m["name"]
-        out.append(msg)
-    return out
 
 
 def pair_id(prompt: list[dict], chosen: str, rejected: str) -> str:

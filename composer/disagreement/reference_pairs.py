@@ -12,7 +12,8 @@ import os
 import random
 
 from composer.actions import canonical_tool_call
-from composer.disagreement.pairs import pair_id, prompt_messages, render_action
+from composer.disagreement.pairs import pair_id, render_action
+from composer.traces import prompt_messages
 
 
 def embedded_traces(n_traces: int = 2, *, seed: int = 0, explore: float = 0.5, wrong_edit: float = 0.5,

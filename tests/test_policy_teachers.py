@@ -1,7 +1,8 @@
-"""composer.disagreement.policy_teachers: asking policy models for a trace step's next action (the echo server and a
-counting server on loopback), resuming from the store, and paying for a shared request once.
+"""composer.policy_teachers: checkpoints asked for a trace step's next action as the student is (the echo server
+and a counting server on loopback), through replay like any teacher: the spec's kind chooses the class, the store
+resumes, a shared request is paid once, and the budget guard and the key's rule hold as for a reviewer.
 
-    .venv/bin/pytest tests/test_disagreement_policy_teachers.py
+    .venv/bin/pytest tests/test_policy_teachers.py
 """
 
 import asyncio
@@ -14,13 +15,21 @@ from collections import Counter
 
 import pytest
 
-from composer import replay
-from composer.disagreement import pairs, policy_teachers
-from composer.disagreement.policy_teachers import lenient_tool_call, query_policy_teachers
-from composer.disagreement.reference_pairs import embedded_traces
+from composer import policy_teachers, replay, teachers, traces
+from composer.disagreement import pairs
 from composer.paths import ROOT
+from composer.policy_teachers import PolicyTeacher, lenient_tool_call
+from composer.teachers import TeacherSpec
 from composer.traces import SCHEMA_VERSION, Action, State, StepRecord, ToolCall
 from hand_records import VIEW, counting_server, sample_counts, step
+
+
+def policy(name, base_url, **fields):
+    return TeacherSpec(name=name, model=name, kind="policy", base_url=base_url, **fields)
+
+
+def ask(by_trace, specs, out_dir, **kwargs):
+    return asyncio.run(replay.replay(by_trace, specs, out_dir, **kwargs)).records
 
 
 def test_clip_messages():
@@ -34,9 +43,41 @@ def test_clip_messages():
     assert policy_teachers.clip_messages(msgs) == msgs
 
 
-def test_query_policy_teachers_against_the_echo_server(tmp_path):
+def test_the_spec_chooses_how_a_teacher_is_asked():
+    assert replay.BACKENDS[policy("p", "http://127.0.0.1:9/v1").kind] is PolicyTeacher
+    assert replay.BACKENDS[TeacherSpec(name="r", model="openai/gpt-5").kind] is teachers.Teacher
+    assert policy("p", "http://127.0.0.1:9/v1").mode == "samples"  # what a policy does
+    with pytest.raises(ValueError, match="a policy teacher samples actions .* mode 'topk' cannot be asked"):
+        policy("p", "http://127.0.0.1:9/v1", mode="topk")
+    with pytest.raises(ValueError, match="revision and max_chars are settings of a policy teacher"):
+        TeacherSpec(name="r", model="openai/gpt-5", max_chars=100)
+    with pytest.raises(ValueError, match="kind"):
+        TeacherSpec(name="r", model="openai/gpt-5", kind="oracle")
+
+
+def test_a_replay_asks_reviewers_and_policies_side_by_side(tmp_path):
+    """One replay, two kinds: the reviewer gets the question about the trace (one call a sample, no tools), the
+    policy the student's own chat with its tools and n=k."""
+    by_trace = {"A": [step("A", t, 2, "ls") for t in range(2)]}
+    with counting_server() as (url, sent):
+        reviewer = TeacherSpec(name="r", model="r", base_url=url, mode="samples", k=2, api_key_env="UNSET_KEY",
+                               expected_output_tokens=0)
+        records = ask(by_trace, [reviewer, policy("p", url, k=3)], tmp_path, seed=5)
+    by_model = {m: [b for b in sent if b["model"] == m] for m in ("r", "p")}
+    assert len(by_model["r"]) == 2 * 2 and all("tools" not in b and b["messages"][-1]["content"] ==
+                                               teachers.COMMAND_QUESTION for b in by_model["r"])
+    assert [(b["n"], b["seed"]) for b in by_model["p"]] == [(3, 5), (3, 6)]
+    assert all(b["tools"] == policy_teachers.bash_tool_schema() and b["messages"] ==
+               traces.prompt_messages(by_trace["A"][b["seed"] - 5].state.messages) for b in by_model["p"])
+    assert [(q.teacher, q.step, q.sample) for q in records] == [
+        (name, t, i) for t in range(2) for name, k in (("r", 2), ("p", 3)) for i in range(k)]
+    assert replay.read_queries(tmp_path / replay.QUERIES_FILE) == records  # in order, each once
+    assert [q.distribution for q in records if q.teacher == "p" and q.step == 1] == [
+        {f"echo 6-{i}": 1.0} for i in range(3)]
+
+
+def test_policy_teachers_against_the_echo_server(tmp_path):
     """The echo backend answers with the last user message: a tool call there comes back parsed as one."""
-    from composer.env.environment import tool_schemas
     from composer.models import tiny_model
     from composer.serve import serve
 
@@ -50,20 +91,15 @@ def test_query_policy_teachers_against_the_echo_server(tmp_path):
     doubled = good.model_copy(update={"step": 2, "state": State(messages=[
         {"role": "user", "content": "<tool_call>\n" + call}])})  # a repeated opening tag: strict parsers refuse
     with serve(models={"teacher-a": tiny_model(), "teacher-b": tiny_model()}, backend="echo") as server:
-        endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"},
-                     "teacher-b": {"base_url": server.base_url, "model": "teacher-b"},
-                     "missing": {"base_url": server.base_url, "model": "nope"}}
-        records = asyncio.run(query_policy_teachers({"E": [good, bad, doubled]}, endpoints,
-                                                                    tmp_path / "q.jsonl", k=3, tools=tool_schemas(),
-                                                                    max_tokens=64))
-        strict = asyncio.run(query_policy_teachers({"E": [doubled]}, endpoints, tmp_path / "s.jsonl", k=1,
-                                                                   tools=tool_schemas(), max_tokens=64, lenient=False))
+        specs = [policy(name, server.base_url, k=3, max_tokens=64, action_space="tools")
+                 for name in ("teacher-a", "teacher-b")]
+        specs.append(TeacherSpec(name="missing", model="nope", kind="policy", base_url=server.base_url, k=3,
+                                 max_tokens=64))
+        records = ask({"E": [good, bad, doubled]}, specs, tmp_path)
     assert [q.distribution for q in records if q.step == 2 and q.teacher == "teacher-a"] == [{VIEW: 1.0}] * 3
-    [strict_a] = [q for q in strict if q.teacher == "teacher-a"]
-    assert strict_a.distribution is None and "no well-formed" in strict_a.parse_error
     records = [q for q in records if q.step < 2]
     assert len(records) == 2 * 3 * 3
-    assert [q for q in replay.read_queries(tmp_path / "q.jsonl") if q.step < 2] == records
+    assert [q for q in replay.read_queries(tmp_path / replay.QUERIES_FILE) if q.step < 2] == records
     a0 = [q for q in records if q.teacher == "teacher-a" and q.step == 0]
     assert [q.distribution for q in a0] == [{VIEW: 1.0}] * 3 and a0[0].student_action == VIEW
     assert all(q.mode == "samples" and q.raw_text.startswith("<tool_call>") for q in a0)
@@ -71,17 +107,50 @@ def test_query_policy_teachers_against_the_echo_server(tmp_path):
     assert all(q.distribution is None and "no well-formed tool call" in q.parse_error for q in a1)
     missing = [q for q in records if q.teacher == "missing"]
     assert all(q.error_kind == "not_found" for q in missing)
-    with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
-        only = asyncio.run(query_policy_teachers(
-            {"E": [good, bad]}, {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"}},
-            tmp_path / "q2.jsonl", k=2, steps={"E": [1]}))
-    assert [(q.step, q.sample) for q in only] == [(1, 0), (1, 1)]
     ex = pairs.extract({"E": [good, bad]}, records)
     assert ex.steps[0]["status"] == "student is the majority, no minority"
     assert ex.problems["teachers_never_parsed"] == ["missing"] and ex.problems["unparsed_answers"] == 6
 
 
-def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monkeypatch):
+def test_a_policy_prompt_is_cut_to_the_window_and_max_chars(tmp_path):
+    history = [{"role": "system", "content": "s" * 40}, {"role": "user", "content": "task"}]
+    for i in range(3):
+        history += [{"role": "assistant", "content": f"a{i}"}, {"role": "tool", "content": f"o{i}"}]
+    record = step("A", 0, 1, "ls").model_copy(update={"state": State(messages=history)})
+    with counting_server() as (url, sent):
+        [q, *_] = ask({"A": [record]}, [policy("p", url, k=1, max_chars=8, provider=["deepinfra"])], tmp_path,
+                      context="window", window=1)
+    assert [m["content"] for m in sent[0]["messages"]] == ["ssss\n[…]\nssss", "task", "a2", "o2"]
+    assert sent[0]["provider"] == {"order": ["deepinfra"], "allow_fallbacks": False}
+    assert q.context == "window:1,chars:8"
+    rows = replay.project({"A": [record]}, [policy("p", url, k=4, max_chars=8).model_copy(
+        update={"model": "qwen/qwen3-8b"})], context="window", window=1)  # priced as the policy is prompted
+    counter = replay.TokenCounter()
+    assert [r["prompt_tokens"] for r in rows] == [counter.count(sent[0]["messages"])] * 4
+
+
+def test_a_policy_teacher_answers_to_the_budget_guard(tmp_path):
+    """A policy teacher sends through teachers.Teacher: a priced model's worst case is reserved before each request
+    and the cap refuses what would pass it (here: any request), and the replay stops."""
+    by_trace = {"A": [step("A", t, 3, "ls") for t in range(3)]}
+    with counting_server() as (url, sent):
+        spec = policy("p", url, k=4, max_tokens=4096).model_copy(update={"model": "qwen/qwen3-8b"})
+        result = asyncio.run(replay.replay(by_trace, [spec], tmp_path, budget_usd=1e-9))
+    assert sent == [] and {q.error_kind for q in result.records} == {"budget"}
+    assert result.stop_reason == "budget" and not result.complete and len(result.records) == 4  # one step, then stop
+
+
+def test_the_openrouter_key_goes_to_openrouter_only(monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-v1-canary")
+    assert teachers.api_key(policy("p", "http://127.0.0.1:9/v1")) == teachers.PLACEHOLDER_KEY
+    assert teachers.api_key(TeacherSpec(name="r", model="m")) == "sk-or-v1-canary"  # OpenRouter itself
+    with pytest.raises(RuntimeError, match="OPENROUTER_API_KEY is sent to OpenRouter only; name the variable"):
+        teachers.api_key(policy("p", "https://vllm.example.org/v1"))
+    monkeypatch.setenv("LOCAL_KEY", "sk-local")
+    assert teachers.api_key(policy("p", "https://vllm.example.org/v1", api_key_env="LOCAL_KEY")) == "sk-local"
+
+
+def test_policy_teachers_keep_finished_steps_when_the_run_fails(tmp_path, monkeypatch):
     from composer.models import tiny_model
     from composer.serve import serve
 
@@ -91,7 +160,7 @@ def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monk
                        action=Action(text="x", tool_call=ToolCall(name="view", arguments={"path": "a.py"})),
                        observation=None, reward=None, done=False, truncated=False, source="test")
     second = first.model_copy(update={"step": 1, "state": State(messages=[{"role": "user", "content": "crash"}])})
-    real = pairs.prompt_messages
+    real = traces.prompt_messages
 
     def crash_at_step_1(messages):
         if messages[-1]["content"] == "crash":
@@ -100,19 +169,18 @@ def test_query_policy_teachers_keeps_finished_steps_when_it_fails(tmp_path, monk
 
     monkeypatch.setattr(policy_teachers, "prompt_messages", crash_at_step_1)
     with serve(models={"teacher-a": tiny_model()}, backend="echo") as server:
-        endpoints = {"teacher-a": {"base_url": server.base_url, "model": "teacher-a"}}
         with pytest.raises(RuntimeError, match="killed"):
-            asyncio.run(query_policy_teachers({"E": [first, second]}, endpoints, tmp_path / "q.jsonl", k=2))
-    kept = replay.read_queries(tmp_path / "q.jsonl")  # step 0 was answered before step 1 failed: it is on disk
+            ask({"E": [first, second]}, [policy("teacher-a", server.base_url, k=2)], tmp_path)
+    kept = replay.read_queries(tmp_path / replay.QUERIES_FILE)  # step 0 was answered before step 1 failed
     assert [(q.step, q.sample, q.distribution) for q in kept] == [(0, 0, {VIEW: 1.0}), (0, 1, {VIEW: 1.0})]
 
 
-def test_query_policy_teachers_asks_for_each_sample_an_endpoint_ignoring_n_left_out(tmp_path, capsys):
+def test_policy_teachers_ask_for_each_sample_an_endpoint_ignoring_n_left_out(tmp_path, capsys):
     by_trace = {"A": [step("A", t, 2, "ls") for t in range(2)]}
-    path = tmp_path / "q.jsonl"
+    path = tmp_path / replay.QUERIES_FILE
     with counting_server(ignore_n={"deaf"}) as (url, sent):
-        endpoints = {name: {"base_url": url, "model": name} for name in ("honest", "deaf")}
-        records = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
+        specs = [policy(name, url, k=3) for name in ("honest", "deaf")]
+        records = ask(by_trace, specs, tmp_path, seed=10)
         assert "endpoint 'deaf' ignored n (asked for 3 samples, got 1)" in capsys.readouterr().out
         assert Counter((b["model"], b["n"]) for b in sent) == {("honest", 3): 2, ("deaf", 3): 2, ("deaf", 1): 4}
         assert policy_teachers.ignored_n(records) == ["deaf"]
@@ -122,20 +190,21 @@ def test_query_policy_teachers_asks_for_each_sample_an_endpoint_ignoring_n_left_
             assert [next(iter(q.distribution)) for q in deaf] == [f"echo {10 + t + i}-0" for i in range(3)]
             assert len({q.request_key for q in honest}) == 1 and len({q.request_key for q in deaf}) == 3
             assert [q.prompt_tokens for q in deaf] == [10] * 3  # each request's usage, once
+            assert [q.prompt_tokens for q in honest] == [10, None, None]
         sent.clear()
-        again = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=3, seed=10))
+        again = ask(by_trace, specs, tmp_path, seed=10)
     assert sent == [] and all(q.cached for q in again)  # every request answered from the store
     assert [q.model_copy(update={"cached": False}) for q in again] == records
     assert policy_teachers.ignored_n(again) == ["deaf"]
     assert replay.read_queries(path) == again and set(sample_counts(again).values()) == {1}
 
 
-def test_query_policy_teachers_resumes_from_its_store(tmp_path):
+def test_policy_teachers_resume_from_the_store(tmp_path):
     by_trace = {"E": [step("E", t, 3, "ls") for t in range(3)]}
-    path = tmp_path / "q.jsonl"
+    path = tmp_path / replay.QUERIES_FILE
     with counting_server() as (url, sent):
-        endpoints = {"teacher-a": {"base_url": url, "model": "teacher-a", "revision": "v1"}}
-        first = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=2))
+        specs = [policy("teacher-a", url, k=2, revision="v1")]
+        first = ask(by_trace, specs, tmp_path)
         # a kill after step 2 was answered and before it was stored, which also tore the file's last line
         db = sqlite3.connect(tmp_path / replay.STORE_FILE)
         db.execute("DELETE FROM answers WHERE key = ?", (first[-1].request_key,))
@@ -143,7 +212,7 @@ def test_query_policy_teachers_resumes_from_its_store(tmp_path):
         db.close()
         path.write_text(path.read_text()[:-30])
         sent.clear()
-        again = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=2))
+        again = ask(by_trace, specs, tmp_path)
         assert [b["seed"] for b in sent] == [2]  # only the request whose answer was not stored
         assert [q.cached for q in again] == [True] * 4 + [False] * 2
         assert [q.model_dump(exclude={"cached", "latency_s"}) for q in again] == [
@@ -151,21 +220,16 @@ def test_query_policy_teachers_resumes_from_its_store(tmp_path):
         assert again[:4] == [q.model_copy(update={"cached": True}) for q in first[:4]]  # reused as they were
         assert replay.read_queries(path) == again  # afresh: each sample once
         sent.clear()  # another checkpoint behind the same name: nothing is reused
-        asyncio.run(query_policy_teachers(by_trace, {"teacher-a": {**endpoints["teacher-a"], "revision": "v2"}},
-                                                          path, k=2))
+        ask(by_trace, [specs[0].model_copy(update={"revision": "v2"})], tmp_path)
         assert len(sent) == 3
-        sent.clear()
-        fresh = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=2, resume=False))
-        assert len(sent) == 3 and not any(q.cached for q in fresh)
 
 
-def test_query_policy_teachers_sends_a_request_two_traces_share_once(tmp_path):
+def test_policy_teachers_send_a_request_two_traces_share_once(tmp_path):
     # two rollouts of one task: the same first state, then different ones
     by_trace = {"A": [step("A", 0, 2, "ls"), step("A", 1, 2, "ls", history="a")],
                 "B": [step("B", 0, 2, "ls"), step("B", 1, 2, "ls", history="b")]}
     with counting_server() as (url, sent):
-        records = asyncio.run(query_policy_teachers(by_trace, {"t": {"base_url": url, "model": "t"}},
-                                                                    tmp_path / "q.jsonl", k=2))
+        records = ask(by_trace, [policy("t", url, k=2)], tmp_path)
     assert len(sent) == 3  # not 4
     first = {(q.trace_id, q.step): q for q in records if q.sample == 0}
     assert first["A", 0].request_key == first["B", 0].request_key != first["B", 1].request_key
@@ -174,11 +238,11 @@ def test_query_policy_teachers_sends_a_request_two_traces_share_once(tmp_path):
     assert sample_counts(records) == {(tid, t, "t", i): 1 for tid in "AB" for t in range(2) for i in range(2)}
 
 
-def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_answer(tmp_path):
+def test_policy_teachers_killed_at_random_moments_never_repay_a_stored_answer(tmp_path):
     """kill -9 at seeded random moments, then resume: no request whose answer was stored is sent again (what
     was in flight at a kill may be), and the last run's file holds every planned sample once."""
     by_trace = {tid: [step(tid, t, 5, "ls", history=tid) for t in range(5)] for tid in ("A", "B")}
-    traces_file, path, store = tmp_path / "traces.jsonl", tmp_path / "q.jsonl", tmp_path / replay.STORE_FILE
+    traces_file, path, store = tmp_path / "traces.jsonl", tmp_path / replay.QUERIES_FILE, tmp_path / replay.STORE_FILE
     traces_file.write_text("".join(r.model_dump_json() + "\n" for rs in by_trace.values() for r in rs))
 
     def key(body):
@@ -196,7 +260,7 @@ def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_an
     requests = 2 * 5 * (1 + 3)  # per step: one to the endpoint honouring n, three to the one ignoring it
     rng = random.Random(3)
     repaid, sent_ever, outcomes = [], [], []
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE_RUNS, str(traces_file), str(path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE_RUNS, str(traces_file), str(tmp_path)], cwd=ROOT,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
@@ -223,8 +287,7 @@ def test_query_policy_teachers_killed_at_random_moments_never_repays_a_stored_an
     assert outcomes.count(-9) >= 4, outcomes
     before = stored()
     with counting_server(ignore_n={"deaf"}) as (url, sent):
-        endpoints = {name: {"base_url": url, "model": name, "revision": "r1"} for name in ("honest", "deaf")}
-        records = asyncio.run(query_policy_teachers(by_trace, endpoints, path, k=3))
+        records = ask(by_trace, [policy(name, url, k=3, revision="r1") for name in ("honest", "deaf")], tmp_path)
     repaid += [key(b) for b in sent if key(b) in before]
     sent_ever += sent
     assert repaid == []  # 0 re-paid stored answers
@@ -248,21 +311,10 @@ def test_lenient_tool_call():
     assert lenient_tool_call('<tool_call>{"name": 3, "arguments": {}}</tool_call>') is None
 
 
-def test_query_policy_teachers_refuses_zero_concurrency_and_a_busy_folder(tmp_path):
-    from composer.lock import RunDirBusy, run_lock
-
-    steps = {"t": embedded_traces(1)[:1]}
-    endpoints = {"a": {"base_url": "http://127.0.0.1:9/v1", "model": "a"}}
-    with pytest.raises(ValueError, match="concurrency must be >= 1, got 0"):
-        asyncio.run(asyncio.wait_for(query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl", concurrency=0), 10))
-    with run_lock(tmp_path), pytest.raises(RunDirBusy, match="in use by another run"):
-        asyncio.run(query_policy_teachers(steps, endpoints, tmp_path / "q.jsonl"))
-    assert not (tmp_path / "q.jsonl").exists()
-
-
 KILLABLE_RUNS = """
 import asyncio, os, signal, sys, time, traceback
-from composer.disagreement.policy_teachers import query_policy_teachers
+from composer import replay
+from composer.teachers import TeacherSpec
 from composer.traces import StepRecord
 
 by_trace = {}
@@ -276,8 +328,9 @@ for url in iter(sys.stdin.readline, ""):  # a run against the server at URL, kil
     if pid == 0:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         try:
-            endpoints = {name: {"base_url": url, "model": name, "revision": "r1"} for name in ("honest", "deaf")}
-            asyncio.run(query_policy_teachers(by_trace, endpoints, sys.argv[2], k=3))
+            specs = [TeacherSpec(name=name, model=name, kind="policy", base_url=url, k=3, revision="r1")
+                     for name in ("honest", "deaf")]
+            asyncio.run(replay.replay(by_trace, specs, sys.argv[2]))
             os._exit(0)
         except BaseException:
             traceback.print_exc()
