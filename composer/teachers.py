@@ -40,7 +40,7 @@ accounting, session_id), which the local stand-in server also accepts; a provide
 
 Costs: `usage.cost` when the response carries it, else computed from the token counts with genai-prices'
 OpenRouter table; each record says which. The Store is one sqlite file: answered calls keyed by teacher, model,
-canonical request body and sample index (a rerun re-pays nothing), and a ledger with a row per HTTP attempt,
+canonical request body and sample index (a policy's: teacher, revision and body; a rerun re-pays nothing), and a ledger with a row per HTTP attempt,
 written at its worst-case price before the attempt is sent and settled from the provider's accounting after. An
 error response costs nothing; an attempt abandoned by the client (timeout, dropped connection) or answered with
 an unreadable body stays at its worst case, since the provider may have billed it. The budget guard refuses an
@@ -256,6 +256,12 @@ def _call_text(call: dict) -> str:
 
 def _tool_text(call: dict) -> str:
     return f"{call['function']['name']}({call['function']['arguments']})"
+
+
+def note_stop(stop: list[str], records: list["TeacherQuery"]) -> None:
+    """Put the first refused budget or 402 among records in the run's `stop` (once): nothing more is sent."""
+    if not stop and (kinds := [q.error_kind for q in records if q.error_kind in STOPS]):
+        stop.append(kinds[0])
 
 
 def context_label(context: str, window: int) -> str:
@@ -608,11 +614,13 @@ class Teacher:
     messages = staticmethod(teacher_messages)  # what this kind of teacher is shown (replay.project prices it)
 
     async def answer(self, record, *, context: str = "full", window: int = 8, cache: bool = True,
-                     previous: int | None = None, seed: int = 0) -> list[TeacherQuery]:
+                     previous: int | None = None, seed: int = 0, stop: list[str] | None = None) -> list[TeacherQuery]:
         """Every answer this teacher gives at one step of a trace (replay.StepTeacher): the question under
-        `context`, asked once (topk) or k times, the first alone so that the others read the prompt it cached. A
-        refused budget or a 402 ends the step. `previous`: the length of the last queried step's history (its
-        cache breakpoint); `seed` is unused (providers' sampling is not seeded)."""
+        `context`, asked once (topk) or k times, the first alone so that the others read the prompt it cached.
+        `stop`, the run's: a refused budget or a 402 is noted there, and nothing more is sent once it holds one.
+        `previous`: the length of the last queried step's history (its cache breakpoint); `seed` is unused
+        (providers' sampling is not seeded)."""
+        stop = [] if stop is None else stop
         messages = teacher_messages(record.state.messages, self.spec, context=context, window=window, cache=cache,
                                     previous=previous)
         kwargs = dict(trace_id=record.trace_id, step=record.step, student_action=canonical_action(record.action),
@@ -620,9 +628,11 @@ class Teacher:
                       session=f"composer-replay-{record.trace_id}" if cache else None)
         out: list[TeacherQuery] = []
         for batch in [[0], range(1, 1 if self.spec.mode == "topk" else self.spec.k)]:
-            if any(q.error_kind in STOPS for q in out):
+            if stop:
                 break
-            out += await asyncio.gather(*(self.ask(messages, sample=i, **kwargs) for i in batch))
+            answers = await asyncio.gather(*(self.ask(messages, sample=i, **kwargs) for i in batch))
+            note_stop(stop, answers)
+            out += answers
         return out
 
     async def ask(self, messages: list[dict], *, trace_id: str, step: int, sample: int = 0,

@@ -60,6 +60,8 @@ class Scripted:
                 pass
 
             def do_GET(self):
+                with scripted.lock:
+                    scripted.keys.append(self.headers.get("authorization"))
                 scripted._send(self, 200, {"object": "list", "data": [{"id": scripted.model, "object": "model",
                                                                       "supported_parameters": ["tools"]}]})
 
@@ -797,6 +799,11 @@ def test_an_openrouter_key_goes_only_to_openrouter(scripted, records, tmp_path, 
     monkeypatch.setenv(pilot.STUDENT_KEY_ENV, "sk-local-server")
     run(spec, records[:1], tmp_path / "again", samples=1)
     assert scripted.keys[-1] == "Bearer sk-local-server"
+    # named outright for another endpoint, the OpenRouter key is still not sent: not even to list its models
+    named = pilot.student_spec(MODEL, base_url=scripted.base_url, api_key_env="OPENROUTER_API_KEY")
+    pilot.preflight(named, records[:1])
+    run(named, records[:1], tmp_path / "named", samples=1)
+    assert not any("sk-or-v1" in (k or "") for k in scripted.keys)
 
 
 def test_plan_says_plainly_when_no_student_above_the_floor_fits(capsys):

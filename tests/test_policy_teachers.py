@@ -21,7 +21,7 @@ from composer.paths import ROOT
 from composer.policy_teachers import PolicyTeacher, lenient_tool_call
 from composer.teachers import TeacherSpec
 from composer.traces import SCHEMA_VERSION, Action, State, StepRecord, ToolCall
-from hand_records import VIEW, counting_server, sample_counts, step
+from hand_records import VIEW, counting_server, query, sample_counts, step
 
 
 def policy(name, base_url, **fields):
@@ -140,6 +140,34 @@ def test_a_policy_teacher_answers_to_the_budget_guard(tmp_path):
     assert result.stop_reason == "budget" and not result.complete and len(result.records) == 4  # one step, then stop
 
 
+def test_once_a_run_is_stopped_no_teacher_sends_again(tmp_path):
+    """The run's stop list is shared: a refusal noted by one teacher ends every other teacher's sending at once (a
+    reviewer's later samples, a policy's requests), not at the end of the step."""
+    record = step("A", 0, 1, "ls")
+    failed = query("A", 0, "t", None, error="HTTP 500")
+    stop = []
+    teachers.note_stop(stop, [failed])  # a server error is the call's, not the run's
+    assert stop == []
+    teachers.note_stop(stop, [failed, failed.model_copy(update={"error_kind": "payment_required"}),
+                              failed.model_copy(update={"error_kind": "budget"})])
+    assert stop == ["payment_required"]
+    with counting_server() as (url, sent):
+        store = teachers.Store(tmp_path / "s.sqlite", cap_usd=1.0)
+        reviewer = teachers.Teacher(TeacherSpec(name="r", model="r", base_url=url, mode="samples", k=3,
+                                                api_key_env="UNSET_KEY"), store)
+        other = PolicyTeacher(policy("p", url, k=2), store)
+
+        async def both():
+            stop = []
+            first = await reviewer.answer(record, stop=stop)
+            stop.append("budget")  # as another teacher's refusal would put it there
+            return first, await reviewer.answer(record, stop=stop), await other.answer(record, stop=stop)
+
+        first, after, policy_after = asyncio.run(both())
+        store.close()
+    assert len(first) == 3 and after == [] and policy_after == [] and len(sent) == 3
+
+
 def test_the_openrouter_key_goes_to_openrouter_only(monkeypatch):
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-v1-canary")
     assert teachers.api_key(policy("p", "http://127.0.0.1:9/v1")) == teachers.PLACEHOLDER_KEY
@@ -228,9 +256,10 @@ def test_policy_teachers_send_a_request_two_traces_share_once(tmp_path):
     # two rollouts of one task: the same first state, then different ones
     by_trace = {"A": [step("A", 0, 2, "ls"), step("A", 1, 2, "ls", history="a")],
                 "B": [step("B", 0, 2, "ls"), step("B", 1, 2, "ls", history="b")]}
-    with counting_server() as (url, sent):
-        records = ask(by_trace, [policy("t", url, k=2)], tmp_path)
+    with counting_server() as (url, sent):  # a model with a price: the answer's cost is on its first asker only
+        records = ask(by_trace, [policy("t", url, k=2).model_copy(update={"model": "qwen/qwen3-8b"})], tmp_path)
     assert len(sent) == 3  # not 4
+    assert [q.trace_id for q in records if q.step == 0 and q.cost_usd] == ["A"]
     first = {(q.trace_id, q.step): q for q in records if q.sample == 0}
     assert first["A", 0].request_key == first["B", 0].request_key != first["B", 1].request_key
     assert first["A", 0].distribution == first["B", 0].distribution

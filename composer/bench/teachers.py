@@ -40,7 +40,8 @@ async def _queries(by_trace, teachers: dict, k: int, max_tokens: int, seed: int,
     with serve(models=teachers, seed=seed, plain=plain) as server, \
             tempfile.TemporaryDirectory(prefix="composer-bench-teachers-") as tmp:
         specs = [TeacherSpec(name=name, model=name, kind="policy", base_url=server.base_url, k=k, temperature=1.0,
-                             max_tokens=max_tokens, action_space="tools") for name in teachers]
+                             max_tokens=max_tokens, action_space="tools", timeout_s=120.0, max_retries=1)
+                 for name in teachers]
         first = next(iter(by_trace))
         warm = [spec.model_copy(update={"k": 1, "max_tokens": 4}) for spec in specs]
         await replay.replay({first: by_trace[first][:1]}, warm, Path(tmp) / "warm", concurrency=4, seed=seed + 1)

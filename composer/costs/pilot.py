@@ -230,15 +230,15 @@ def preflight(spec: teachers.TeacherSpec, records: list[dict]) -> list[str]:
     PilotError naming the fix; returns notes (e.g. the endpoint does not say whether the model calls tools)."""
     from composer.env.real import container, swebench
 
-    host = urlsplit(spec.base_url).hostname
-    if host not in teachers.LOOPBACK and not os.environ.get(spec.api_key_env):
-        raise PilotError(f"set {spec.api_key_env} in the environment (the key for {spec.base_url}); nothing was "
-                         "sent. The key is read from there only, never from params or files")
+    try:
+        key = teachers.api_key(spec)  # the run's own rule: the OpenRouter key goes to OpenRouter only
+    except RuntimeError as e:
+        raise PilotError(f"{e}; nothing was sent. The key is read from there only, never from params or "
+                         "files") from e
     student_prices(spec)
-    key = os.environ.get(spec.api_key_env)
     try:
         response = httpx.get(spec.base_url.rstrip("/") + "/models", timeout=30.0,
-                             headers={"Authorization": f"Bearer {key}"} if key else None)
+                             headers=None if key == teachers.PLACEHOLDER_KEY else {"Authorization": f"Bearer {key}"})
     except httpx.HTTPError as e:
         raise PilotError(f"--base-url {spec.base_url}: no answer to GET /models ({type(e).__name__}: {e}); check "
                          "the URL (an OpenAI-compatible API ends in /v1) and that the server runs") from e
