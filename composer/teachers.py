@@ -38,14 +38,14 @@ Calls go through the openai SDK's AsyncOpenAI and its own retries (408/409/429 h
 timeouts); nothing here retries again. The request body is OpenRouter's dialect (provider routing, usage
 accounting, session_id), which the local stand-in server also accepts; a provider's own API would refuse it.
 
-Costs: `usage.cost` when the response carries it, else computed from the token counts with genai-prices'
-OpenRouter table; each record says which. The Store is one sqlite file: answered calls keyed by teacher, model,
-canonical request body and sample index (a policy's: teacher, revision and body; a rerun re-pays nothing), and a ledger with a row per HTTP attempt,
-written at its worst-case price before the attempt is sent and settled from the provider's accounting after. An
-error response costs nothing; an attempt abandoned by the client (timeout, dropped connection) or answered with
-an unreadable body stays at its worst case, since the provider may have billed it. The budget guard refuses an
-attempt when the ledger plus its worst case would pass the cap, so the cap holds even across kills and resumes.
-"""
+Costs: `usage.cost` when the response carries it, else computed from the token counts with genai-prices' OpenRouter
+table; each record says which. The Store is one sqlite file: answered calls keyed by teacher, model, canonical
+request body and sample index (a policy's: teacher, revision and body; a rerun re-pays nothing), and a ledger with a
+row per HTTP attempt, written at its worst-case price before the attempt is sent and settled from the provider's
+accounting after. An error response costs nothing; an attempt abandoned by the client (timeout, dropped connection)
+or answered with an unreadable body stays at its worst case, since the provider may have billed it. The budget guard
+refuses an attempt when the ledger plus its worst case would pass the cap, so the cap holds even across kills and
+resumes. """
 
 import asyncio
 import contextlib
@@ -326,14 +326,19 @@ def request_body(spec: TeacherSpec, messages: list[dict], *, session: str | None
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "next_actions", "strict": True, "schema": schema}}
     if spec.provider:
-        # Without require_parameters an endpoint lacking logprobs would answer without them, silently.
-        body["provider"] = {"order": spec.provider, "allow_fallbacks": False,
-                            **({"require_parameters": True} if spec.mode == "logprobs" else {})}
+        body["provider"] = provider_routing(spec)
     if spec.reasoning_effort:
         body["reasoning"] = {"effort": spec.reasoning_effort}
     if session:
         body["session_id"] = session  # groups one trace's calls (sticky routing when no provider is pinned)
     return body
+
+
+def provider_routing(spec: TeacherSpec) -> dict:
+    """OpenRouter's `provider` field for spec.provider: the pinned providers, and a refusal rather than another.
+    Without require_parameters an endpoint lacking logprobs would answer without them, silently."""
+    return {"order": spec.provider, "allow_fallbacks": False,
+            **({"require_parameters": True} if spec.mode == "logprobs" else {})}
 
 
 def request_key(spec: TeacherSpec, body: dict, sample: int) -> str:

@@ -24,15 +24,15 @@ split, TRL's sampler uses the seed) and the same generation seeds, with the same
 generations): the pairs are extra signal, not extra rollouts. Every checkpoint, and the initial one (the
 baseline), is evaluated on the same test tasks with the same k sampling seeds per task.
 
-Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", arm, seed) -> per-task,
-per-sample outcomes; ("eval", "baseline"), and ("eval", "planted") where the plan has one; with `checkpoints`,
-("eval", arm, seed, step) -> the outcomes of the model the training saved after that optimizer step. Nested doses: a dose-response over training length for the price of
-evaluations, each dose a checkpoint of one run (its learning-rate schedule and data order the whole run's, so the
-checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder under run_dir/jobs/ is named by
-the hash of its configuration (for an evaluation, the hash of the model's training job): a rerun with the same
-parameters reuses finished jobs, a changed parameter makes new ones. A folder is published by an atomic rename when
-its job has finished, so a killed run resumes at the job (arm, seed) it was in, started afresh: a resumed run trains
-exactly as an uninterrupted one.
+Jobs: ("train", arm, seed) -> the trained model and its training log; ("eval", arm, seed) -> per-task, per-sample
+outcomes; ("eval", "baseline"), and ("eval", "planted") where the plan has one; with `checkpoints`, ("eval", arm,
+seed, step) -> the outcomes of the model the training saved after that optimizer step. Nested doses: a dose-response
+over training length for the price of evaluations, each dose a checkpoint of one run (its learning-rate schedule and
+data order the whole run's, so the checkpoint after step 2 of 6 is not what a 2-step run would give). A job's folder
+under run_dir/jobs/ is named by the hash of its configuration (for an evaluation, the hash of the model's training
+job): a rerun with the same parameters reuses finished jobs, a changed parameter makes new ones. A folder is
+published by an atomic rename when its job has finished, so a killed run resumes at the job (arm, seed) it was in,
+started afresh: a resumed run trains exactly as an uninterrupted one.
 
 With workers > 0 each job runs in a fresh spawned process (torch threads split between the workers): two jobs at
 once on two cores, and each job's peak RSS is its own (interpreter and imports included). With workers = 0 jobs run
