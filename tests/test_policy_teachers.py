@@ -178,6 +178,23 @@ def test_the_openrouter_key_goes_to_openrouter_only(monkeypatch):
     assert teachers.api_key(policy("p", "https://vllm.example.org/v1", api_key_env="LOCAL_KEY")) == "sk-local"
 
 
+def test_a_key_an_endpoint_echoes_is_in_no_record_and_not_in_the_store(tmp_path, monkeypatch):
+    """The echo backend answers with the prompt's last message, which here holds the key the client sends."""
+    from composer.models import tiny_model
+    from composer.serve import serve
+
+    secret = "sk-local-0123456789abcdef"
+    monkeypatch.setenv("LOCAL_KEY", secret)
+    record = step("A", 0, 1, "ls").model_copy(update={"state": State(messages=[
+        {"role": "user", "content": f'<tool_call>{{"name": "view", "arguments": {{"path": "{secret}"}}}}</tool_call>'}])})
+    with serve(models={"p": tiny_model()}, backend="echo") as server:
+        records = ask({"A": [record]}, [policy("p", server.base_url, k=1, max_tokens=64, api_key_env="LOCAL_KEY")],
+                      tmp_path)
+    assert records[0].raw_text and "[redacted]" in records[0].raw_text
+    for path in tmp_path.iterdir():
+        assert secret.encode() not in path.read_bytes(), path.name
+
+
 def test_policy_teachers_keep_finished_steps_when_the_run_fails(tmp_path, monkeypatch):
     from composer.models import tiny_model
     from composer.serve import serve
